@@ -1,0 +1,114 @@
+"""File contracts shared by every stage (DESIGN.md, "Contracts between stages").
+
+- Every output is written atomically: a temp file in the same folder, then `os.replace`, so an
+  interrupted stage never leaves a half-written file that looks complete.
+- Embeddings: one `.npz` per encoder per split with `ids` (str, row ids) and `emb` (float32,
+  n x d). Ids must match across modalities: a mismatch raises, rows are never reordered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class ContractError(ValueError):
+    """A file does not honour its contract; the message names the file, the record and the fix."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{suffix}", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Atomic JSON with sorted keys and a trailing newline (stable bytes for DVC hashes)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise ContractError(f"{p}: file not found; run the stage that writes it (`dvc repro`)")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ContractError(f"{p}: not valid JSON (line {e.lineno}: {e.msg}); rerun its stage") from e
+
+
+def save_embeddings(path: str | os.PathLike[str], ids: Sequence[str], emb: np.ndarray,
+                    meta: dict[str, Any] | None = None) -> None:
+    """Write `ids` and `emb` (n x d float32) atomically; `meta` is stored as JSON text."""
+    emb = np.asarray(emb, dtype=np.float32)
+    ids_arr = np.asarray([str(i) for i in ids])
+    if emb.ndim != 2 or emb.shape[0] != len(ids_arr):
+        raise ContractError(f"{path}: {len(ids_arr)} ids for embeddings of shape {emb.shape}")
+    check_unique(ids_arr, str(path))
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez(tmp, ids=ids_arr, emb=emb, meta=np.asarray(json.dumps(meta or {}, sort_keys=True)))
+
+
+def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Return (ids, emb, meta); refuse NaN/inf rows and duplicate ids, naming the ids."""
+    p = Path(path)
+    if not p.exists():
+        raise ContractError(f"{p}: embeddings not found; run the stage that writes them")
+    with np.load(p, allow_pickle=False) as z:
+        if "ids" not in z or "emb" not in z:
+            raise ContractError(f"{p}: needs arrays 'ids' and 'emb', has {sorted(z.files)}")
+        ids, emb = z["ids"].astype(str), z["emb"]
+        meta = json.loads(str(z["meta"])) if "meta" in z else {}
+    if emb.ndim != 2 or emb.shape[0] != ids.shape[0]:
+        raise ContractError(f"{p}: {ids.shape[0]} ids for embeddings of shape {emb.shape}")
+    bad = ~np.isfinite(emb).all(axis=1)
+    if bad.any():
+        raise ContractError(f"{p}: NaN or inf in rows with ids {list(ids[bad][:10])}; "
+                            "rerun the embedding stage (the encoder diverged or the input is bad)")
+    check_unique(ids, str(p))
+    return ids, emb, meta
+
+
+def check_unique(ids: np.ndarray, where: str) -> None:
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise ContractError(f"{where}: duplicate ids {list(uniq[counts > 1][:10])}")
+
+
+def check_same_ids(ids_a: np.ndarray, ids_b: np.ndarray, name_a: str, name_b: str) -> None:
+    """Raise unless both files list the same ids in the same order (never reorder silently)."""
+    if len(ids_a) != len(ids_b):
+        raise ContractError(f"{name_a} has {len(ids_a)} rows, {name_b} has {len(ids_b)}; "
+                            "embed both modalities from the same split file")
+    diff = np.flatnonzero(ids_a != ids_b)
+    if diff.size:
+        i = int(diff[0])
+        raise ContractError(f"{name_a} and {name_b}: ids differ at {diff.size} rows, first at "
+                            f"row {i} ({ids_a[i]!r} vs {ids_b[i]!r}); embed both from the same "
+                            "split file")
