@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +39,22 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
             os.unlink(tmp)
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temp folder beside `path`; it replaces `path` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -60,7 +77,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ContractError(f"{p}: not valid JSON (line {e.lineno}: {e.msg}); rerun its stage") from e
+        raise ContractError(f"{p}: not valid JSON (line {e.lineno}: {e.msg}); "
+                            "rerun the stage that writes it") from e
 
 
 def save_embeddings(path: str | os.PathLike[str], ids: Sequence[str], emb: np.ndarray,

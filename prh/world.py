@@ -1,0 +1,252 @@
+"""The embedded default data set: a finite hidden world rendered as captions and as images.
+
+It follows the paper's setup as the rerun article describes it ("What the paper proves": a
+hidden world whose states appear as a photo or as a caption, each appearance carrying its own
+nuisance) at a size that trains on two CPU cores:
+
+- a scene (hidden state) is (object A, colour A, count A, relation, object B, colour B);
+- a caption renders the scene in a *wording style* drawn once per caption: a template (word
+  order), a synonym bank, and a voice whose filler words are scattered through the caption.
+  The style is shared by every span of that caption and independent across a scene's
+  captions, so bad views (spans of one caption) share it and good views (spans of different
+  captions) do not (Prop. 3; DESIGN.md, "The world profile is an experiment");
+- an image renders the scene as coloured shapes, with its own nuisance: position jitter,
+  colour noise, background tint and pixel noise.
+
+The output is the Karpathy-split JSON that Flickr30k uses, plus PNG files, so both data sets
+go through the same reader and the same stages. Knobs are the paper's quantities and are never
+tuned to make an arm win; every default here is assumed by us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from prh.io import atomic_dir
+
+OBJECTS = [("dog", "puppy", "hound"), ("cat", "kitten", "feline"), ("ball", "sphere", "orb"),
+           ("car", "automobile", "vehicle"), ("tree", "sapling", "oak"),
+           ("boat", "ship", "vessel"), ("bird", "sparrow", "finch"), ("horse", "pony", "stallion"),
+           ("house", "cabin", "cottage"), ("kite", "glider", "flyer"),
+           ("chair", "seat", "stool"), ("lamp", "lantern", "light")]
+COLOURS = [("red", "crimson", "scarlet", (220, 40, 40)),
+           ("blue", "navy", "azure", (40, 70, 220)),
+           ("green", "emerald", "olive", (40, 170, 60)),
+           ("yellow", "golden", "lemon", (230, 210, 40)),
+           ("purple", "violet", "plum", (140, 50, 180)),
+           ("orange", "amber", "tangerine", (240, 140, 30)),
+           ("white", "ivory", "snowy", (245, 245, 245)),
+           ("black", "dark", "ebony", (20, 20, 20)),
+           ("pink", "rosy", "magenta", (240, 120, 180)),
+           ("brown", "tan", "chestnut", (130, 80, 40))]
+COUNTS = [("one", "a single", "one lone"), ("two", "a pair of", "twin"),
+          ("three", "a trio of", "three small"), ("four", "a group of four", "four little")]
+RELATIONS = [("left of", "to the left of", "on the left side of"),
+             ("right of", "to the right of", "on the right side of"),
+             ("above", "over", "higher than"), ("below", "under", "beneath")]
+TEMPLATES = ["{count} {ca} {oa} {rel} a {cb} {ob}",
+             "a {cb} {ob} with {count} {ca} {oa} {rel} it",
+             "there is a {cb} {ob} and {count} {ca} {oa} {rel} it",
+             "{count} {oa} coloured {ca} {rel} one {ob} that is {cb}"]
+VOICE_WORDS = ["honestly", "basically", "clearly", "quite", "really", "truly", "simply", "nicely",
+               "kind", "sort", "rather", "totally", "surely", "plainly", "oddly", "sweetly",
+               "calmly", "boldly", "gently", "merely", "frankly", "lovely", "neat", "wow"]
+SHAPES = ["circle", "square", "triangle", "diamond", "cross", "ring", "hbar", "vbar", "plus",
+          "tri_down", "dot", "frame"]
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Size and nuisance of the generated world (all defaults assumed by us)."""
+
+    seed: int = 0
+    n_train: int = 2000          # photos in the training split (Flickr30k: 29,000)
+    n_fit: int = 300             # Karpathy "val": the pairs the map is fitted on (Flickr: 1,014)
+    n_test: int = 300            # test pairs (Flickr: 1,000)
+    captions_per_photo: int = 5  # as Flickr30k
+    n_objects: int = 12          # hidden factors: object kinds (<= 12)
+    n_colours: int = 10          # colours (<= 10)
+    n_counts: int = 4            # counts 1..4
+    n_relations: int = 4         # spatial relations
+    n_voices: int = 8            # caption voices (the text nuisance); each owns 3 filler words
+    style_strength: int = 3      # filler words per caption: 0 = no voice nuisance
+    image_size: int = 32         # pixels
+    jitter: int = 3              # image nuisance: position jitter in pixels
+    colour_noise: float = 0.08   # image nuisance: per-object colour perturbation (fraction)
+    pixel_noise: float = 0.04    # image nuisance: per-pixel Gaussian noise (fraction)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in d.items():
+            if key not in fields:
+                raise ValueError(f"{where}: unknown key {key!r}; valid keys: {sorted(fields)}")
+            want = float if fields[key].type == "float" else int
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    want is int and not isinstance(value, int)):
+                raise ValueError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
+        cfg = cls(**d)
+        cfg.validate(where)
+        return cfg
+
+    def validate(self, where: str = "params") -> None:
+        limits = {"n_objects": len(OBJECTS), "n_colours": len(COLOURS), "n_counts": len(COUNTS),
+                  "n_relations": len(RELATIONS), "n_voices": len(VOICE_WORDS) // 3}
+        for key, hi in limits.items():
+            if not 1 <= getattr(self, key) <= hi:
+                raise ValueError(f"{where}.{key}: must be in [1, {hi}], got {getattr(self, key)}")
+        for key in ("n_train", "n_fit", "n_test", "captions_per_photo", "image_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.image_size < 16:
+            raise ValueError(f"{where}.image_size: must be >= 16 pixels, got {self.image_size}")
+        for key in ("style_strength", "jitter", "colour_noise", "pixel_noise"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")
+
+
+def sample_scene(cfg: WorldConfig, rng: np.random.Generator) -> dict[str, int]:
+    """One hidden state: two distinct object kinds, their colours, a count and a relation."""
+    oa, ob = rng.choice(cfg.n_objects, size=2, replace=False)
+    return {"obj_a": int(oa), "col_a": int(rng.integers(cfg.n_colours)),
+            "count_a": int(rng.integers(cfg.n_counts)), "rel": int(rng.integers(cfg.n_relations)),
+            "obj_b": int(ob), "col_b": int(rng.integers(cfg.n_colours))}
+
+
+def sample_style(cfg: WorldConfig, rng: np.random.Generator) -> dict[str, int]:
+    """One caption's wording style: template, synonym bank and voice (drawn once per caption)."""
+    return {"template": int(rng.integers(len(TEMPLATES))), "synonyms": int(rng.integers(3)),
+            "voice": int(rng.integers(cfg.n_voices))}
+
+
+def render_caption(scene: dict[str, int], style: dict[str, int], cfg: WorldConfig,
+                   rng: np.random.Generator) -> str:
+    """The scene in the style's words, with `style_strength` voice fillers scattered through it."""
+    s = style["synonyms"]
+    words = TEMPLATES[style["template"]].format(
+        count=COUNTS[scene["count_a"]][s], ca=COLOURS[scene["col_a"]][s],
+        oa=OBJECTS[scene["obj_a"]][s], rel=RELATIONS[scene["rel"]][s],
+        cb=COLOURS[scene["col_b"]][s], ob=OBJECTS[scene["obj_b"]][s]).split()
+    lexicon = VOICE_WORDS[3 * style["voice"]: 3 * style["voice"] + 3]
+    for _ in range(cfg.style_strength):
+        words.insert(int(rng.integers(len(words) + 1)), lexicon[int(rng.integers(3))])
+    return " ".join(words)
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float,
+                fill: tuple[int, int, int]) -> None:
+    box = [cx - r, cy - r, cx + r, cy + r]
+    if shape == "circle":
+        draw.ellipse(box, fill=fill)
+    elif shape == "square":
+        draw.rectangle(box, fill=fill)
+    elif shape == "triangle":
+        draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=fill)
+    elif shape == "tri_down":
+        draw.polygon([(cx, cy + r), (cx - r, cy - r), (cx + r, cy - r)], fill=fill)
+    elif shape == "diamond":
+        draw.polygon([(cx, cy - r), (cx + r, cy), (cx, cy + r), (cx - r, cy)], fill=fill)
+    elif shape == "cross":
+        draw.line([(cx - r, cy - r), (cx + r, cy + r)], fill=fill, width=2)
+        draw.line([(cx - r, cy + r), (cx + r, cy - r)], fill=fill, width=2)
+    elif shape == "plus":
+        draw.line([(cx - r, cy), (cx + r, cy)], fill=fill, width=2)
+        draw.line([(cx, cy - r), (cx, cy + r)], fill=fill, width=2)
+    elif shape == "ring":
+        draw.ellipse(box, outline=fill, width=2)
+    elif shape == "frame":
+        draw.rectangle(box, outline=fill, width=2)
+    elif shape == "hbar":
+        draw.rectangle([cx - r, cy - r / 3, cx + r, cy + r / 3], fill=fill)
+    elif shape == "vbar":
+        draw.rectangle([cx - r / 3, cy - r, cx + r / 3, cy + r], fill=fill)
+    else:  # dot
+        draw.ellipse([cx - r / 2, cy - r / 2, cx + r / 2, cy + r / 2], fill=fill)
+
+
+def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator) -> Image.Image:
+    """Object A (count copies) and object B placed by the relation, plus image nuisance."""
+    size = cfg.image_size
+    bg = tuple(int(v) for v in rng.integers(70, 186, size=3))
+    img = Image.new("RGB", (size, size), bg)
+    draw = ImageDraw.Draw(img)
+
+    def colour(index: int) -> tuple[int, int, int]:
+        base = np.array(COLOURS[index][3], dtype=float)
+        noisy = base + rng.normal(0, 255 * cfg.colour_noise, 3)
+        return tuple(int(v) for v in np.clip(noisy, 0, 255))
+
+    # (dx, dy) of group A's centre and B's centre in units of size/4, by relation
+    offsets = [((-1, 0), (1, 0)), ((1, 0), (-1, 0)), ((0, -1), (0, 1)), ((0, 1), (0, -1))]
+    (ax, ay), (bx, by) = offsets[scene["rel"]]
+    q, r = size / 4, size / 10
+
+    def jit() -> float:
+        return float(rng.integers(-cfg.jitter, cfg.jitter + 1))
+
+    n = scene["count_a"] + 1
+    for i in range(n):  # copies of A spread perpendicular to the relation axis
+        t = (i - (n - 1) / 2) * 2.1 * r * 0.8
+        cx = size / 2 + ax * q + (t if ay else 0) + jit()
+        cy = size / 2 + ay * q + (t if ax else 0) + jit()
+        _draw_shape(draw, SHAPES[scene["obj_a"]], cx, cy, r * 0.8, colour(scene["col_a"]))
+    _draw_shape(draw, SHAPES[scene["obj_b"]], size / 2 + bx * q + jit(), size / 2 + by * q + jit(),
+                r * 1.3, colour(scene["col_b"]))
+    pixels = np.asarray(img, dtype=float) + rng.normal(0, 255 * cfg.pixel_noise, (size, size, 3))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
+    """Write `dataset.json` (Karpathy format), `images/*.png` and `world.json` into `out_dir`
+    (callers make it atomic: `prh.io.atomic_dir`). Returns split counts."""
+    rng = np.random.default_rng(cfg.seed)
+    splits = ["train"] * cfg.n_train + ["val"] * cfg.n_fit + ["test"] * cfg.n_test
+    images, states = [], {}
+    tmp = Path(out_dir)
+    (tmp / "images").mkdir(parents=True, exist_ok=True)
+    sentid = 0
+    for imgid, split in enumerate(splits):
+        scene = sample_scene(cfg, rng)
+        styles = [sample_style(cfg, rng) for _ in range(cfg.captions_per_photo)]
+        sentences = []
+        for style in styles:
+            raw = render_caption(scene, style, cfg, rng)
+            sentences.append({"raw": raw, "tokens": raw.split(), "sentid": sentid,
+                              "imgid": imgid})
+            sentid += 1
+        filename = f"{imgid:06d}.png"
+        render_image(scene, cfg, rng).save(tmp / "images" / filename, optimize=False)
+        images.append({"imgid": imgid, "filename": filename, "split": split,
+                       "sentences": sentences, "sentids": [s["sentid"] for s in sentences]})
+        states[str(imgid)] = {"scene": scene, "styles": styles}
+    dataset = {"dataset": "world", "images": images}
+    (tmp / "dataset.json").write_text(json.dumps(dataset, indent=1) + "\n", encoding="utf-8")
+    world = {"config": dataclasses.asdict(cfg), "factors": {
+        "objects": [o[0] for o in OBJECTS[:cfg.n_objects]],
+        "colours": [c[0] for c in COLOURS[:cfg.n_colours]],
+        "counts": [c[0] for c in COUNTS[:cfg.n_counts]],
+        "relations": [r[0] for r in RELATIONS[:cfg.n_relations]]}, "states": states}
+    (tmp / "world.json").write_text(json.dumps(world, sort_keys=True) + "\n", encoding="utf-8")
+    return {"photos": len(images), "captions": sentid,
+            "splits": {s: splits.count(s) for s in ("train", "val", "test")}}
+
+
+def cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="prh world", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--config", type=Path, help="JSON file of WorldConfig fields")
+    args = parser.parse_args(argv)
+    raw = json.loads(args.config.read_text()) if args.config else {}
+    cfg = WorldConfig.from_dict(raw, where=str(args.config or "defaults"))
+    with atomic_dir(args.out) as tmp:
+        summary = write_world(cfg, tmp)
+    print(json.dumps(summary))
+    return 0
