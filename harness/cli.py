@@ -6,7 +6,9 @@ from __future__ import annotations
 from prh.cli import dispatch
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "data": ("harness.stages:data_cli", "check the profile's data; world: generate it"),
+    "run": ("harness.stages:run_cli", "validate params and inputs, then `dvc repro` everything"),
+    "world": ("harness.stages:world_cli", "generate the embedded world data set"),
+    "data": ("harness.stages:data_cli", "validate the captions, train the tokenizer"),
     "image": ("harness.stages:image_cli", "image encoder embeddings of the fit/test photos"),
     "train": ("harness.stages:train_cli", "train one text arm for one seed, tracked in MLflow"),
     "align": ("harness.stages:align_cli", "align one text run to the image embeddings, score it"),

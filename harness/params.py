@@ -1,0 +1,209 @@
+"""Load and validate `params.yaml` before anything runs.
+
+One loader turns the active profile's sections into the typed configs of `prh` (each rejects
+unknown keys and wrong types itself); this module adds the file name and the key path to any
+error, so a bad parameter stops the pipeline with one message that names the file, the key and
+the fix, before any training starts. It also computes the params hash every output carries and
+the provenance table the report prints (harness/provenance.yaml).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prh.io import ContractError
+
+PROFILES = ("world", "flickr30k")
+ARMS = ("good", "bad", "ntp")
+SECTIONS = ("data", "image", "train", "eval", "theory")
+PROVENANCE_FILE = Path(__file__).with_name("provenance.yaml")
+
+
+class ParamsError(ContractError):
+    """A parameter is missing, unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Scoring knobs: k of mutual k-NN, bootstrap level/resamples/seed, fit-size curve points."""
+
+    k: int = 10
+    ci_level: float = 0.95
+    n_resamples: int = 10_000
+    bootstrap_seed: int = 0
+    fit_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TheoryConfig:
+    """The threshold grid (rerun article) and the Theorem 3 bound check (audit article)."""
+
+    n_worlds: int = 20
+    n_states: int = 30
+    k: int = 4
+    n_points: int = 800
+    bound_worlds: int = 300
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Params:
+    """The validated contents of params.yaml for the active profile."""
+
+    path: Path
+    profile: str
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    sections: dict[str, dict[str, Any]]
+
+    @property
+    def hash(self) -> str:
+        """Hash of everything a score depends on: the profile and its data, image, train and
+        eval sections. Arms, seeds and theory are left out, so adding a seed leaves the
+        existing runs valid."""
+        return self.section_hash("data", "image", "train", "eval")
+
+    def section_hash(self, *names: str) -> str:
+        """sha256 (first 16 hex) of the canonical JSON of the profile and the named sections."""
+        blob = json.dumps({"profile": self.profile, **{n: self.sections[n] for n in names}},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def train_config(self, arm: str, seed: int) -> Any:
+        from prh.train import TrainConfig
+        return _build(TrainConfig, {**self.sections["train"], "arm": arm, "seed": seed},
+                      self.path, f"{self.profile}.train")
+
+    def image_config(self) -> Any:
+        from prh.image import ImageConfig
+        return _build(ImageConfig, self.sections["image"], self.path, f"{self.profile}.image")
+
+    def world_config(self) -> Any:
+        from prh.world import WorldConfig
+        section = self.sections["data"].get("world")
+        if section is None:
+            raise ParamsError(f"{self.path}: {self.profile}.data.world is missing; the world "
+                              "profile needs the generated world's settings (see params.yaml)")
+        return _build(WorldConfig, section, self.path, f"{self.profile}.data.world")
+
+    def eval_config(self) -> EvalConfig:
+        section = dict(self.sections["eval"])
+        section["fit_sizes"] = tuple(section.get("fit_sizes", ()))
+        return _build(EvalConfig, section, self.path, f"{self.profile}.eval")
+
+    def theory_config(self) -> TheoryConfig:
+        return _build(TheoryConfig, self.sections["theory"], self.path, f"{self.profile}.theory")
+
+
+def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
+    """cls.from_dict(section) when it has one, else a strict keyword build; errors name the key."""
+    try:
+        if hasattr(cls, "from_dict"):
+            return cls.from_dict(section)
+        names = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(section) - set(names))
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown}; valid keys: {sorted(names)}")
+        for key, value in section.items():
+            default = getattr(cls, key, None)
+            if isinstance(default, bool) != isinstance(value, bool) or (
+                    isinstance(default, int | float) and not isinstance(value, int | float)):
+                raise ValueError(f"{key}: expected {type(default).__name__}, got {value!r}")
+            if isinstance(default, int) and not isinstance(default, bool) and value <= 0 \
+                    and key != "seed" and key != "bootstrap_seed":
+                raise ValueError(f"{key}: must be > 0, got {value!r}")
+        return cls(**section)
+    except (ValueError, TypeError) as e:
+        raise ParamsError(f"{path}: {where}: {e}; fix the value in {path.name}") from e
+
+
+def load_params(path: str | Path = "params.yaml", *, validate: bool = True) -> Params:
+    """Read params.yaml, select the profile, and (by default) build every config once."""
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"{path}: not found; run from the repository root or pass --params")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML ({e}); fix the syntax") from e
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: expected a mapping at the top level")
+    profile = raw.get("profile")
+    if profile not in PROFILES:
+        raise ParamsError(f"{path}: profile: unknown profile {profile!r}; choose one of "
+                          f"{list(PROFILES)} (e.g. `dvc exp run -S profile=world`)")
+    arms = raw.get("arms")
+    if not isinstance(arms, list) or not arms or any(a not in ARMS for a in arms) \
+            or len(set(arms)) != len(arms):
+        raise ParamsError(f"{path}: arms: expected a non-empty list of distinct arms from "
+                          f"{list(ARMS)}, got {arms!r}")
+    seeds = raw.get("seeds")
+    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ParamsError(f"{path}: seeds: expected a non-empty list of distinct integers >= 0, "
+                          f"got {seeds!r}")
+    block = raw.get(profile)
+    if not isinstance(block, dict):
+        raise ParamsError(f"{path}: {profile}: the profile's section is missing")
+    missing = [s for s in SECTIONS if not isinstance(block.get(s), dict)]
+    if missing:
+        raise ParamsError(f"{path}: {profile}: missing section(s) {missing}")
+    unknown = sorted(set(block) - set(SECTIONS))
+    if unknown:
+        raise ParamsError(f"{path}: {profile}: unknown section(s) {unknown}; valid: "
+                          f"{list(SECTIONS)}")
+    params = Params(path, profile, tuple(arms), tuple(seeds), {s: block[s] for s in SECTIONS})
+    if validate:
+        validate_params(params)
+    return params
+
+
+def validate_params(params: Params) -> None:
+    """Build every config of the profile, so any bad value fails before a stage runs."""
+    vocab = params.sections["data"].get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 10:
+        raise ParamsError(f"{params.path}: {params.profile}.data.vocab_size: expected an integer "
+                          f">= 10, got {vocab!r}")
+    if params.profile == "world":
+        params.world_config()
+    params.image_config()
+    for arm in params.arms:
+        params.train_config(arm, params.seeds[0])
+    params.eval_config()
+    params.theory_config()
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; dataclasses are flattened through asdict."""
+    if is_dataclass(obj):
+        obj = asdict(obj)
+    if not isinstance(obj, dict):
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def provenance(params: Params) -> list[dict[str, Any]]:
+    """Every resolved hyperparameter of the profile with its source: paper, rerun article or
+    assumed (harness/provenance.yaml lists the sourced ones; the rest are assumed by us)."""
+    table = yaml.safe_load(PROVENANCE_FILE.read_text(encoding="utf-8"))
+    sourced = {row["key"]: row for row in table[params.profile]}
+    resolved = {"image": params.image_config(), "eval": params.eval_config(),
+                "theory": params.theory_config(),
+                "train": params.train_config(params.arms[0], params.seeds[0])}
+    rows = []
+    for key, value in sorted(flatten(resolved).items()):
+        if key in ("train.arm", "train.seed"):
+            continue
+        row = sourced.get(key, {"source": "assumed", "citation": "chosen by us"})
+        rows.append({"key": key, "value": value, "source": row["source"],
+                     "citation": row["citation"]})
+    return rows
