@@ -1,0 +1,59 @@
+"""params.yaml: every bad parameter stops before any stage runs, naming file, key and fix."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.params import ParamsError, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_repository_params_load_and_hash_is_stable():
+    a, b = load_params(ROOT / "params.yaml"), load_params(ROOT / "params.yaml")
+    assert a.profile == "world" and a.hash == b.hash and len(a.hash) == 16
+    assert set(a.arms) == {"good", "bad", "ntp"} and len(a.seeds) >= 2
+
+
+def test_adding_a_seed_keeps_the_params_hash_and_a_train_change_moves_it(tmp_path):
+    base = load_params(ROOT / "params.yaml")
+    seeds = load_params(write(tmp_path, lambda r: r.update(seeds=[0, 1, 2])))
+    assert seeds.hash == base.hash
+    shutil.rmtree(tmp_path)
+    tmp_path.mkdir()
+    lr = load_params(write(tmp_path, lambda r: r["world"]["train"].update(lr=0.5)))
+    assert lr.hash != base.hash
+
+
+@pytest.mark.parametrize("edit,needles", [
+    (lambda r: r.update(profile="imagenet"), ["profile", "unknown profile 'imagenet'"]),
+    (lambda r: r["world"]["train"].update(lamb=-0.1), ["world.train", "lamb"]),
+    (lambda r: r["world"]["train"].update(epochs=0), ["world.train", "epochs"]),
+    (lambda r: r["world"]["train"].update(epochs="ten"), ["world.train", "epochs"]),
+    (lambda r: r["world"]["train"].update(max_len=4), ["world.train", "max_len"]),
+    (lambda r: r["world"]["train"].update(learning_rate=1.0), ["world.train", "learning_rate"]),
+    (lambda r: r.update(seeds=[0, 0]), ["seeds", "distinct"]),
+    (lambda r: r.update(arms=["good", "clip"]), ["arms"]),
+    (lambda r: r["world"]["eval"].update(k=0), ["world.eval", "k"]),
+    (lambda r: r["world"].pop("theory"), ["missing section", "theory"]),
+])
+def test_bad_parameter_names_file_and_key(tmp_path, edit, needles):
+    path = write(tmp_path, edit)
+    with pytest.raises(ParamsError) as err:
+        load_params(path)
+    message = str(err.value)
+    assert str(path) in message
+    for needle in needles:
+        assert needle in message

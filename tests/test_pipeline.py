@@ -1,0 +1,107 @@
+"""The real pipeline: `harness run` (dvc repro) on a tiny world, then DVC's change tracking.
+
+One module-scoped run in a temporary git repository, shared by the tests below: it produces
+both reports and one finished MLflow run per (arm, seed); a second `dvc status` is clean; a
+training parameter change reruns exactly the stages that depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COPY = ["prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
+        ".dvc/.gitignore", ".gitignore"]
+UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
+
+
+def tiny_params(raw: dict) -> dict:
+    w = raw["world"]
+    w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
+    w["data"]["vocab_size"] = 200
+    w["image"].update(epochs=1)
+    w["train"].update(epochs=2, warmup_epochs=1, eval_every=1, batch_size=32,
+                      model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
+    w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40])
+    w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
+    raw["seeds"] = [0, 1]
+    return raw
+
+
+def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "OMP_NUM_THREADS": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-4000:]}"
+                             f"\n{out.stderr[-4000:]}")
+    return out
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("pipeline")
+    for item in COPY:
+        src, dst = ROOT / item, repo / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()))
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "tiny pipeline")
+    first = sh(repo, "harness", "run")
+    assert ran_stages(first.stdout) >= UPSTREAM | {"train@good-0", "report"}
+    return repo
+
+
+def test_main_job_writes_both_reports_and_one_finished_mlflow_run_per_arm_seed(pipeline):
+    assert (pipeline / "reports/audit.html").stat().st_size > 1000
+    assert (pipeline / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"
+    with sqlite3.connect(pipeline / "mlflow.db") as db:
+        rows = db.execute("select name, status from runs").fetchall()
+    assert sorted(rows) == sorted((f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp")
+                                  for s in (0, 1))
+    html = (pipeline / "reports/audit.html").read_text()
+    results = json.loads((pipeline / "runs/results.json").read_text())
+    for arm in ("good", "bad", "ntp"):
+        r1 = results["arms"][arm]["metrics"]["r_at_1"]
+        assert 0 <= r1["ci"][0] <= r1["mean"] <= r1["ci"][1] <= 1
+        assert f"{r1['mean']:.3f}" in html
+
+
+def test_second_run_does_no_work(pipeline):
+    status = sh(pipeline, "dvc", "status")
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_training_param_change_reruns_only_dependent_stages(pipeline):
+    sh(pipeline, "git", "add", "-A")
+    sh(pipeline, "git", "commit", "-qm", "first results")
+    raw = yaml.safe_load((pipeline / "params.yaml").read_text())
+    raw["world"]["train"]["lr"] = raw["world"]["train"]["lr"] * 2
+    (pipeline / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    changed = json.loads(sh(pipeline, "dvc", "status", "--json").stdout)
+    assert set(changed) == {f"{s}@{a}-{n}" for s in ("train", "align")
+                            for a in ("good", "bad", "ntp") for n in (0, 1)}
+    second = sh(pipeline, "dvc", "repro")
+    ran = ran_stages(second.stdout)
+    assert not ran & UPSTREAM
+    assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran

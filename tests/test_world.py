@@ -1,0 +1,85 @@
+"""The generated world: Karpathy format, determinism, the caption style as the nuisance."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prh.io import atomic_dir
+from prh.world import (
+    COLOURS,
+    OBJECTS,
+    VOICE_WORDS,
+    WorldConfig,
+    render_caption,
+    sample_scene,
+    sample_style,
+    write_world,
+)
+
+SMALL = WorldConfig(n_train=12, n_fit=4, n_test=4, captions_per_photo=3)
+
+
+def make(tmp_path, cfg=SMALL):
+    with atomic_dir(tmp_path / "w") as tmp:
+        write_world(cfg, tmp)
+    return tmp_path / "w"
+
+
+def test_world_is_karpathy_format_with_splits_and_images(tmp_path):
+    out = make(tmp_path)
+    data = json.loads((out / "dataset.json").read_text())
+    splits = [im["split"] for im in data["images"]]
+    assert splits.count("train") == 12 and splits.count("val") == 4 and splits.count("test") == 4
+    for im in data["images"]:
+        assert len(im["sentences"]) == 3 and (out / "images" / im["filename"]).exists()
+        assert im["sentids"] == [s["sentid"] for s in im["sentences"]]
+        assert all(s["raw"].split() == s["tokens"] and s["raw"] for s in im["sentences"])
+    assert len({im["imgid"] for im in data["images"]}) == 20
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path):
+    a, b = make(tmp_path / "a"), make(tmp_path / "b")
+    c = make(tmp_path / "c", WorldConfig(**{**SMALL.__dict__, "seed": 1}))
+    assert (a / "dataset.json").read_bytes() == (b / "dataset.json").read_bytes()
+    assert (a / "images" / "000003.png").read_bytes() == (b / "images" / "000003.png").read_bytes()
+    assert (a / "dataset.json").read_bytes() != (c / "dataset.json").read_bytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), strength=st.integers(0, 6))
+def test_caption_names_the_scene_and_carries_exactly_its_voice(seed, strength):
+    cfg = WorldConfig(style_strength=strength)
+    rng = np.random.default_rng(seed)
+    scene, style = sample_scene(cfg, rng), sample_style(cfg, rng)
+    words = render_caption(scene, style, cfg, rng).split()
+    s = style["synonyms"]
+    text = " ".join(words)
+    assert OBJECTS[scene["obj_a"]][s] in text and COLOURS[scene["col_b"]][s] in text
+    voice = set(VOICE_WORDS[3 * style["voice"]: 3 * style["voice"] + 3])
+    fillers = [w for w in words if w in VOICE_WORDS]
+    assert len(fillers) == strength and set(fillers) <= voice
+
+
+def test_interrupted_generation_leaves_no_output(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "w") as tmp:
+            write_world(SMALL, tmp)
+            raise RuntimeError("killed")
+    assert not (tmp_path / "w").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("n_objects", 99, "n_objects: must be in [1, 12]"),
+    ("style_strength", -1, "style_strength: must be >= 0"),
+    ("n_train", 1.5, "n_train: expected int"),
+    ("colours", 3, "unknown key 'colours'"),
+])
+def test_bad_world_config_names_the_key(key, value, needle):
+    with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        WorldConfig.from_dict({key: value}, where="params.yaml world.data.world")
