@@ -308,9 +308,8 @@ def align_cli(argv: list[str]) -> int:
         key = metric.removesuffix("_hit")
         ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
                           seed=ev.bootstrap_seed)
-        metrics[key] = {"value": float(np.mean(outcomes)), "ci": [ci.lo, ci.hi],
-                        "ci_level": ci.level, "ci_method": f"{ci.method} bootstrap over test pairs",
-                        "n": ci.n, "n_resamples": ci.n_resamples}
+        metrics[key] = {"value": float(np.mean(outcomes)), **ci.to_dict(),
+                        "ci_method": f"{ci.method} (test pairs)"}
     curve = read_json(TEXT_DIR / name / "curve.json")
     out_json, out_npz = ALIGN_DIR / f"{name}.json", ALIGN_DIR / f"{name}.npz"
     save_per_query(out_npz, emb["img", "test"][0], scores.per_query)
@@ -414,10 +413,9 @@ def aggregate_cli(argv: list[str]) -> int:
             spread = seed_spread({str(s): float(np.mean(per_query[arm, s][m]))
                                   for s in params.seeds})
             ci = bootstrap_ci(seed_mean[arm, m], **boot)
-            arms[arm]["metrics"][key] = {**spread, "ci": [ci.lo, ci.hi],
-                                         "ci_method": f"{ci.method} bootstrap over test pairs of "
-                                                      "the seed-mean outcome",
-                                         "n": ci.n, "n_resamples": ci.n_resamples}
+            arms[arm]["metrics"][key] = {**spread, **ci.to_dict(),
+                                         "ci_method": f"{ci.method} (test pairs; per-pair "
+                                                      "outcome averaged over seeds)"}
         for extra in ("r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
                       "chance_r_at_1", "chance_mknn10"):
             values = {str(s): runs[arm, s]["metrics"].get(extra, {}).get("value")
@@ -429,9 +427,8 @@ def aggregate_cli(argv: list[str]) -> int:
         for m in metric_names:
             diff, ci = paired_bootstrap_diff(seed_mean[a, m], seed_mean[b, m], **boot)
             gaps.append({"a": a, "b": b, "metric": m.removesuffix("_hit"), "diff": float(diff),
-                         "ci": [ci.lo, ci.hi], "ci_method": f"paired {ci.method} bootstrap over "
-                                                            "test pairs of the seed-mean outcome",
-                         "n": ci.n, "n_resamples": ci.n_resamples})
+                         **ci.to_dict(), "ci_method": f"{ci.method} (per-pair outcome "
+                                                     "averaged over seeds)"})
     summary = read_json(prepared_dir(params.profile) / "summary.json")
     write_json(RUNS / "results.json", {
         "schema": "prh.results/1", "profile": params.profile, "params_hash": params.hash,

@@ -107,7 +107,7 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
         raise ContractError(f"{p}: {ids.shape[0]} ids for embeddings of shape {emb.shape}")
     bad = ~np.isfinite(emb).all(axis=1)
     if bad.any():
-        raise ContractError(f"{p}: NaN or inf in rows with ids {list(ids[bad][:10])}; "
+        raise ContractError(f"{p}: NaN or inf in rows with ids {ids[bad][:10].tolist()}; "
                             "rerun the embedding stage (the encoder diverged or the input is bad)")
     check_unique(ids, str(p))
     return ids, emb, meta
@@ -116,7 +116,7 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
 def check_unique(ids: np.ndarray, where: str) -> None:
     uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
-        raise ContractError(f"{where}: duplicate ids {list(uniq[counts > 1][:10])}")
+        raise ContractError(f"{where}: duplicate ids {uniq[counts > 1][:10].tolist()}")
 
 
 def check_same_ids(ids_a: np.ndarray, ids_b: np.ndarray, name_a: str, name_b: str) -> None:

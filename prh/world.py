@@ -175,7 +175,7 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: 
 def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator) -> Image.Image:
     """Object A (count copies) and object B placed by the relation, plus image nuisance."""
     size = cfg.image_size
-    bg = tuple(int(v) for v in rng.integers(70, 186, size=3))
+    bg = tuple(int(v) for v in int(rng.integers(90, 166)) + rng.integers(-12, 13, size=3))
     img = Image.new("RGB", (size, size), bg)
     draw = ImageDraw.Draw(img)
 
@@ -187,17 +187,17 @@ def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generat
     # (dx, dy) of group A's centre and B's centre in units of size/4, by relation
     offsets = [((-1, 0), (1, 0)), ((1, 0), (-1, 0)), ((0, -1), (0, 1)), ((0, 1), (0, -1))]
     (ax, ay), (bx, by) = offsets[scene["rel"]]
-    q, r = size / 4, size / 10
+    q, r = size / 4, size / 8
 
     def jit() -> float:
         return float(rng.integers(-cfg.jitter, cfg.jitter + 1))
 
     n = scene["count_a"] + 1
     for i in range(n):  # copies of A spread perpendicular to the relation axis
-        t = (i - (n - 1) / 2) * 2.1 * r * 0.8
+        t = (i - (n - 1) / 2) * 1.9 * r * 0.7
         cx = size / 2 + ax * q + (t if ay else 0) + jit()
         cy = size / 2 + ay * q + (t if ax else 0) + jit()
-        _draw_shape(draw, SHAPES[scene["obj_a"]], cx, cy, r * 0.8, colour(scene["col_a"]))
+        _draw_shape(draw, SHAPES[scene["obj_a"]], cx, cy, r * 0.7, colour(scene["col_a"]))
     _draw_shape(draw, SHAPES[scene["obj_b"]], size / 2 + bx * q + jit(), size / 2 + by * q + jit(),
                 r * 1.3, colour(scene["col_b"]))
     pixels = np.asarray(img, dtype=float) + rng.normal(0, 255 * cfg.pixel_noise, (size, size, 3))

@@ -1,0 +1,117 @@
+# syntax=docker/dockerfile:1
+# The pinned CUDA image that reruns the paper (issue 7). docker/README.md explains each choice,
+# how to build, run and archive it, and how to re-pin the base.
+#
+# Base: nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04, pinned by the digest of its linux/amd64
+# manifest (a tag alone is no pin: NVIDIA deletes end-of-life tags). CUDA 13.0 matches torch
+# 2.14.1's default build, '2.14.1+cu130' (the PyPI wheel; torch brings its own CUDA 13.0 and
+# cuDNN 9 libraries as hashed nvidia-* wheels from the lock). Re-pin with
+#   docker buildx imagetools inspect nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04
+FROM nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04@sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a
+
+# Pins that tests/test_docker.py checks against docker/requirements.lock and pyproject.toml.
+ARG PYTHON_VERSION=3.11
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+ARG TORCH_CUDA=13.0
+# Provenance (docker/README.md, "Build"): labels and PRH_* variables read by
+# harness/fingerprint.py, which MLflow logs and the report prints.
+ARG IMAGE_DIGEST=""
+ARG GIT_COMMIT=unknown
+ARG BUILD_DATE=unknown
+ARG IMAGE_NAME=prh-rerun
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8
+
+# Python 3.11 (the lock's interpreter) from the deadsnakes PPA: Ubuntu 24.04 ships 3.12 only.
+# WeasyPrint loads Pango, HarfBuzz (and its subsetter) and fontconfig at run time; the DejaVu
+# fonts are bundled because a glyph without a font prints as a blank, with no error.
+# Apt versions are not pinned: old ones leave the archive, so the pin is the base digest plus
+# the archived image (docker/README.md, "Keeping the image alive").
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates gpg-agent software-properties-common \
+ && add-apt-repository -y ppa:deadsnakes/ppa \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" \
+      git tini util-linux \
+      libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz0b libharfbuzz-subset0 \
+      fontconfig fonts-dejavu-core \
+ && apt-get purge -y --auto-remove gpg-agent software-properties-common \
+ && rm -rf /var/lib/apt/lists/* \
+ && fc-cache -f
+
+# A non-root user with uid 1000 (the usual first host user, so bind mounts stay writable);
+# the base's `ubuntu` user holds that uid, so it goes.
+RUN (userdel --remove ubuntu 2>/dev/null || true) \
+ && (groupdel ubuntu 2>/dev/null || true) \
+ && useradd --create-home --uid 1000 --user-group --shell /bin/bash prh \
+ && mkdir -p /data /runs /opt/prh \
+ && chown prh:prh /data /runs
+
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Every Python package, torch and its nvidia-* CUDA wheels included, from the hashed lock;
+# --no-deps plus `pip check` proves the lock is complete for this interpreter.
+COPY docker/requirements.lock /opt/prh/requirements.lock
+RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
+ && pip install --require-hashes --no-deps -r /opt/prh/requirements.lock \
+ && pip check \
+ && python -c "import sys, torch, torchvision; \
+build = (torch.__version__, torch.version.cuda, torchvision.__version__); \
+cu = 'cu' + '${TORCH_CUDA}'.replace('.', ''); \
+want = ('${TORCH_VERSION}+' + cu, '${TORCH_CUDA}', '${TORCHVISION_VERSION}+' + cu); \
+sys.exit(0 if build == want else f'torch build {build}, expected {want}')"
+
+# The project (prh, harness) from this checkout, and a one-commit git snapshot of it that the
+# entrypoint clones into /runs (DVC needs a git repository; .git itself is not copied).
+COPY --chown=prh:prh . /opt/prh/src
+RUN pip install --no-deps --no-build-isolation --no-index /opt/prh/src \
+ && rm -rf /opt/prh/src/build
+COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/prh-entrypoint
+
+USER 1000:1000
+ENV GIT_AUTHOR_NAME=prh GIT_AUTHOR_EMAIL=prh@localhost \
+    GIT_COMMITTER_NAME=prh GIT_COMMITTER_EMAIL=prh@localhost
+RUN git -C /opt/prh/src init -q \
+ && git -C /opt/prh/src add -A \
+ && git -C /opt/prh/src commit -q -m "prh-rerun image snapshot of ${GIT_COMMIT}"
+
+# Offline by design: weights and data come from /data, nothing from the model hub.
+ENV HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HF_HUB_DISABLE_TELEMETRY=1 \
+    HF_HOME=/tmp/hf \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    DVC_NO_ANALYTICS=1 \
+    MLFLOW_TRACKING_URI=sqlite:////runs/mlflow.db \
+    PRH_DATA_DIR=/data \
+    PRH_RUNS_DIR=/runs \
+    PRH_SRC_DIR=/opt/prh/src \
+    PRH_LOCK_FILE=/opt/prh/requirements.lock \
+    PRH_BASE_IMAGE=nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04@sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a \
+    PRH_IMAGE_NAME=${IMAGE_NAME} \
+    PRH_IMAGE_DIGEST=${IMAGE_DIGEST} \
+    PRH_GIT_COMMIT=${GIT_COMMIT} \
+    PRH_BUILD_DATE=${BUILD_DATE}
+
+LABEL org.opencontainers.image.title="prh-rerun" \
+      org.opencontainers.image.description="Rerun and audit Balestriero & LeCun (2026), PRH with JEPAs" \
+      org.opencontainers.image.revision="${GIT_COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04" \
+      org.opencontainers.image.base.digest="sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a" \
+      io.prh.image-digest="${IMAGE_DIGEST}"
+
+VOLUME ["/data", "/runs"]
+WORKDIR /runs
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/prh-entrypoint"]
+CMD ["flickr30k"]

@@ -1,0 +1,196 @@
+"""Caption corpora in their published formats, and `pick`: which captions a sample sees.
+
+- Karpathy-split JSON (Flickr30k, COCO, and the generated `world` data set; docs/contracts.md,
+  "Data on disk"): `{"dataset", "images": [{"imgid", "filename", "split", "sentences":
+  [{"raw", "tokens", "sentid", "imgid"}], "sentids"}]}`. Split "restval" is training data
+  (Karpathy's convention for the COCO val images moved into training).
+- STS-B in the GLUE tsv layout (columns `sentence1`, `sentence2`, `score`).
+
+`pick` is the one line that separates the good and bad arms (the rerun article, "The line that
+separates good from bad"): all captions of a photo for good views; for bad views and NTP one
+caption drawn at random, once per photo per epoch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prh.io import ContractError
+
+SPLITS = ("train", "val", "test", "restval")
+TRAIN_SPLITS = ("train", "restval")
+REGENERATE = "fix the record, or regenerate the file with `harness data`"
+
+
+class DataError(ContractError):
+    """A caption file breaks its format; the message names the file, the record and the fix."""
+
+
+@dataclass(frozen=True)
+class Photo:
+    """One photo: row id `str(imgid)`, its file name, Karpathy split and captions (raw text)."""
+
+    id: str
+    filename: str
+    split: str
+    captions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CaptionCorpus:
+    """All photos of one Karpathy-split file, in file order."""
+
+    path: Path
+    name: str
+    photos: tuple[Photo, ...]
+
+    def split(self, name: str) -> list[Photo]:
+        """Photos of split `name`; "train" also returns "restval" photos (Karpathy convention)."""
+        if name not in SPLITS:
+            raise DataError(f"{self.path}: unknown split {name!r}; use one of {list(SPLITS)}")
+        wanted = TRAIN_SPLITS if name == "train" else (name,)
+        return [p for p in self.photos if p.split in wanted]
+
+
+def _field(record: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """record[key], checked to be of `kind` (bool never passes as int)."""
+    if key not in record:
+        raise DataError(f"{where}: missing field {key!r}; {REGENERATE}")
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise DataError(f"{where}: field {key!r} is {type(value).__name__} {value!r:.60}, "
+                        f"expected {names}; {REGENERATE}")
+    return value
+
+
+def _captions(image: Mapping[str, Any], imgid: int, where: str) -> tuple[str, ...]:
+    sentences = _field(image, "sentences", list, where)
+    captions = []
+    for j, sentence in enumerate(sentences):
+        at = f"{where}, sentence {j}"
+        if not isinstance(sentence, Mapping):
+            raise DataError(f"{at}: expected an object with 'raw', got "
+                            f"{type(sentence).__name__}; {REGENERATE}")
+        raw = _field(sentence, "raw", str, at).strip()
+        if not raw:
+            raise DataError(f"{at}: empty caption; remove the sentence or write its text")
+        if "tokens" in sentence:
+            tokens = _field(sentence, "tokens", list, at)
+            if not all(isinstance(t, str) for t in tokens):
+                raise DataError(f"{at}: field 'tokens' must be a list of strings; {REGENERATE}")
+        if "sentid" in sentence:
+            _field(sentence, "sentid", int, at)
+        if "imgid" in sentence and _field(sentence, "imgid", int, at) != imgid:
+            raise DataError(f"{at}: sentence imgid {sentence['imgid']} differs from the photo's "
+                            f"imgid {imgid}; {REGENERATE}")
+        captions.append(raw)
+    return tuple(captions)
+
+
+def _photo(image: Any, index: int, path: Path, min_captions: int) -> Photo:
+    if not isinstance(image, Mapping):
+        raise DataError(f"{path}: images[{index}] is {type(image).__name__}, expected an "
+                        f"object; {REGENERATE}")
+    where = f"{path}: images[{index}]"
+    imgid = _field(image, "imgid", int, where)
+    where = f"{path}: images[{index}] (imgid {imgid})"
+    filename = _field(image, "filename", str, where)
+    split = _field(image, "split", str, where)
+    if split not in SPLITS:
+        raise DataError(f"{where}: unknown split {split!r}, expected one of {list(SPLITS)}; "
+                        f"{REGENERATE}")
+    captions = _captions(image, imgid, where)
+    if len(captions) < min_captions:
+        raise DataError(f"{where}: {len(captions)} captions, fewer than min_captions="
+                        f"{min_captions}; drop the photo or lower min_captions")
+    return Photo(id=str(imgid), filename=filename, split=split, captions=captions)
+
+
+def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
+    """Read a Karpathy-split JSON file (Flickr30k, COCO or world) and validate every record.
+
+    Raises DataError naming the file and the record (index and imgid) for a missing file, text
+    that is not JSON, a missing or mistyped field, an empty caption, a photo with fewer than
+    `min_captions` captions, a duplicate imgid or an unknown split.
+    """
+    path = Path(path)
+    if min_captions < 1:
+        raise ValueError(f"min_captions must be >= 1, got {min_captions}")
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; run `harness data` or point the profile's "
+                        "data path at a Karpathy-split JSON (dataset_flickr30k.json)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not valid JSON ({e}); re-download or regenerate the file") from e
+    if not isinstance(doc, Mapping):
+        raise DataError(f"{path}: top level is {type(doc).__name__}, expected an object with "
+                        f"'dataset' and 'images'; {REGENERATE}")
+    name = _field(doc, "dataset", str, f"{path}: top level")
+    images = _field(doc, "images", list, f"{path}: top level")
+    photos, seen = [], {}
+    for i, image in enumerate(images):
+        photo = _photo(image, i, path, min_captions)
+        if photo.id in seen:
+            raise DataError(f"{path}: images[{i}] (imgid {photo.id}) duplicates the imgid of "
+                            f"images[{seen[photo.id]}]; give every photo a unique imgid")
+        seen[photo.id] = i
+        photos.append(photo)
+    return CaptionCorpus(path=path, name=name, photos=tuple(photos))
+
+
+def pick(photo: Photo, good_views: bool, rng: np.random.Generator) -> list[str]:
+    """Captions a sample reads this epoch (the rerun article, "The line that separates good
+    from bad"): all of them for good views; one drawn at random for bad views and NTP."""
+    if good_views:
+        return list(photo.captions)
+    return [photo.captions[int(rng.integers(len(photo.captions)))]]
+
+
+@dataclass(frozen=True)
+class StsPair:
+    """One STS-B pair with its gold similarity score (0-5)."""
+
+    sentence1: str
+    sentence2: str
+    score: float
+
+
+def load_sts_b(path: str | Path) -> list[StsPair]:
+    """Read an STS-B tsv (GLUE layout: a header naming `sentence1`, `sentence2`, `score`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; place the GLUE STS-B tsv (dev.tsv) there")
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows:
+        raise DataError(f"{path}: empty file; expected a header with sentence1, sentence2, score")
+    header = rows[0]
+    missing = [c for c in ("sentence1", "sentence2", "score") if c not in header]
+    if missing:
+        raise DataError(f"{path}: header lacks columns {missing}; use the GLUE STS-B tsv "
+                        "(the unlabelled test split has no score)")
+    cols = [header.index(c) for c in ("sentence1", "sentence2", "score")]
+    pairs = []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise DataError(f"{path}: line {line} has {len(row)} columns, header has "
+                            f"{len(header)}; fix the line's tabs")
+        s1, s2, raw = (row[c] for c in cols)
+        try:
+            score = float(raw)
+        except ValueError:
+            raise DataError(f"{path}: line {line}: score {raw!r} is not a number") from None
+        if not 0.0 <= score <= 5.0 or not s1.strip() or not s2.strip():
+            raise DataError(f"{path}: line {line}: needs two non-empty sentences and a score "
+                            f"in [0, 5], got score {raw!r}; fix the line")
+        pairs.append(StsPair(s1.strip(), s2.strip(), score))
+    return pairs

@@ -1,0 +1,621 @@
+"""One training loop for the three text arms (good views, bad views, next-token prediction).
+
+Read it top to bottom (nanoGPT `train.py` style): config -> distributed setup -> model ->
+optimiser -> resume -> epochs -> evaluation hook -> checkpoint. Defaults and their sources are
+listed in `DEFAULT_SOURCES`; "assumed" means neither article states the value.
+
+Determinism: the photo order of epoch e is drawn from (seed, e), shared by every rank; the
+views, the caption picks and dropout of epoch e on rank r come from (seed, e, r). The LR is a
+pure function of the step, and the SIGReg direction counter lives in the checkpoint. So a run
+killed at any point resumes from its last end-of-epoch checkpoint to the same weights as an
+uninterrupted run (on CPU; CUDA kernels are not bitwise deterministic).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from prh import distributed
+from prh.data import Photo, pick
+from prh.io import ContractError, atomic_path, write_json
+from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
+from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, count_parameters
+from prh.tokenizer import Tokenizer
+from prh.views import ViewConfig, check_fits, collate_ntp, collate_views, make_views
+
+ARMS: tuple[str, ...] = ("good", "bad", "ntp")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+CHECKPOINT_FORMAT = "prh.checkpoint/1"
+VIEW_KEYS = ("n_global", "n_local", "global_scale", "local_scale", "mask_ratio")  # settable
+WARMUP_START = 0.01  # warmup starts at lr/100 (stable-pretraining ImageNet-10 benchmark, §1.4)
+FINAL_LR_RATIO = 1e-3  # cosine ends at lr/1000 (lejepa README, method-anchors.md §1.3)
+
+A0 = "the rerun article (000_03f36f523aa97921.txt)"
+DEFAULT_SOURCES: dict[str, str] = {
+    "epochs": f"{A0}, 'Can a Text Model Match Photos...': all three arms ran 200 epochs",
+    "lamb": f"{A0}, 'The loss brings view vectors together': stable-pretraining default .02",
+    "n_slices": f"{A0}, 'The loss brings view vectors together': 1,024 random unit directions",
+    "views": f"{A0}, 'The line that separates good from bad': 2 global views keeping 50-100%, "
+             "6 local keeping 15-50%, 15% of tokens masked",
+    "model": f"{A0}, 'Can a Text Model Match Photos...': 33M-parameter encoder (BERT-S); "
+             "projector: stable-pretraining default (method-anchors.md §1.4)",
+    "lr": f"{A0}, 'What the paper claims at scale': lr 1e-4 at batch 256 is the recipe of the "
+          "21.6M-sample runs; assumed to carry over to Flickr30k",
+    "batch_size": f"{A0}, 'The loss brings view vectors together' quotes 256 per GPU; the "
+                  "Flickr30k batch itself is assumed",
+    "weight_decay": "assumed: 0.05, as lejepa's README and stable-pretraining's benchmark",
+    "warmup_epochs": "assumed: 10 epochs linear warmup (stable-pretraining benchmark: 10 of 600)",
+    "grad_clip": f"assumed off: {A0} ('The loss brings view vectors together') names gradient "
+                 "clipping as a condition of the lambda ablations only",
+    "max_len": "assumed: 64 tokens covers Flickr30k captions (12-15 words on average)",
+    "eval_every": "assumed: 10 epochs (the article's curves are per epoch; set 1 to match)",
+    "amp": "bf16 autocast on CUDA (lejepa README: bf16); never on CPU",
+    "seed": "seed 0, as the rerun article's single run",
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The encoder's shape (prh.models.TextEncoderConfig fields) and the projector's widths."""
+
+    hidden: int = 384
+    layers: int = 12
+    heads: int = 12
+    intermediate: int = 1536
+    dropout: float = 0.1
+    pooling: Literal["mean", "cls", "last"] = "mean"
+    proj_dim: int = 512
+    proj_hidden: int = 2048
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every field of params.yaml's `train` section; `from_dict` is the only loader."""
+
+    arm: Literal["good", "bad", "ntp"] = "good"
+    seed: int = 0
+    epochs: int = 200
+    batch_size: int = 256  # photos per step per GPU
+    lr: float = 1e-4
+    weight_decay: float = 0.05
+    warmup_epochs: int = 10
+    grad_clip: float = 0.0  # max gradient norm; 0 = off
+    lamb: float = 0.02
+    n_slices: int = 1024
+    max_len: int = 64  # tokens per sequence, specials included
+    eval_every: int = 10
+    amp: bool = True
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    views: ViewConfig = field(default_factory=ViewConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Build from a plain dict (params.yaml), rejecting unknown keys and wrong types."""
+        cfg = _dataclass_from_dict(cls, d, "train")
+        cfg.validate()
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data as in params.yaml (tuples as lists). The views' max_len and mask_id are
+        left out: they come from `max_len` and the tokenizer (see `view_config`)."""
+        d = json.loads(json.dumps(asdict(self)))
+        d["views"] = {k: d["views"][k] for k in VIEW_KEYS}
+        return d
+
+    def validate(self) -> None:
+        """Raise ValueError naming the key and the fix for any out-of-range value."""
+        checks = [
+            (self.arm in ARMS, "arm", f"use one of {ARMS}"),
+            (self.device in DEVICES, "device", f"use one of {DEVICES}"),
+            (self.model.pooling in POOLINGS, "model.pooling", f"use one of {POOLINGS}"),
+            (self.epochs >= 1, "epochs", "train for at least 1 epoch"),
+            (self.batch_size >= 2, "batch_size", "use at least 2 (BatchNorm needs 2 rows)"),
+            (self.lr > 0, "lr", "use a positive learning rate"),
+            (self.weight_decay >= 0, "weight_decay", "use 0 or more"),
+            (0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", "use 0..epochs"),
+            (self.grad_clip >= 0, "grad_clip", "use 0 (off) or a positive max norm"),
+            (self.lamb >= 0, "lamb", "use 0 or a positive SIGReg weight (the paper: .02)"),
+            (self.n_slices >= 1, "n_slices", "use at least 1 direction (the paper: 1024)"),
+            (self.eval_every >= 1, "eval_every", "evaluate every 1 or more epochs"),
+                        (self.model.hidden % self.model.heads == 0, "model.hidden",
+             f"make it a multiple of model.heads={self.model.heads}"),
+            (0 <= self.model.dropout < 1, "model.dropout", "use a value in [0, 1)"),
+        ]
+        for ok, key, fix in checks:
+            if not ok:
+                raise ValueError(f"train.{key}={_get(self, key)!r} is out of range: {fix}")
+        for name in ("layers", "heads", "intermediate", "hidden", "proj_dim", "proj_hidden"):
+            if getattr(self.model, name) < 1:
+                raise ValueError(f"train.model.{name}={getattr(self.model, name)} must be >= 1")
+        try:
+            replace(self.views, max_len=self.max_len)
+        except ValueError as e:
+            raise ValueError(f"train.max_len={self.max_len}: the views cannot fit ({e}); raise "
+                             "train.max_len (Flickr30k captions need about 64)") from e
+
+    def n_views(self) -> int:
+        return self.views.n_global + self.views.n_local
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
+    """Strict conversion: unknown keys and wrong types raise, naming `where.key`."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = set(VIEW_KEYS) if cls is ViewConfig else {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys: {sorted(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in d.items()}
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check `value` against a field's type hint; ints are accepted where floats are."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _dataclass_from_dict(hint, value, where)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ValueError(f"{where}={value!r}: use one of {list(typing.get_args(hint))}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise ValueError(f"{where}={value!r}: expected a list of {len(args)} numbers")
+        return tuple(_coerce(v, a, f"{where}[{i}]")
+                     for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(hint)
+    if ok is None:
+        raise TypeError(f"{where}: unsupported field type {hint!r}")
+    if not ok:
+        raise ValueError(f"{where}={value!r} has type {type(value).__name__}; "
+                         f"expected {hint.__name__}")
+    return float(value) if hint is float else value
+
+
+def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float) -> float:
+    """Linear warmup from base_lr * WARMUP_START, then cosine to base_lr * FINAL_LR_RATIO."""
+    if step < warmup_steps:
+        return base_lr * (WARMUP_START + (1 - WARMUP_START) * step / warmup_steps)
+    span = max(total_steps - warmup_steps, 1)
+    progress = min((step - warmup_steps) / span, 1.0)
+    final = base_lr * FINAL_LR_RATIO
+    return final + 0.5 * (base_lr - final) * (1 + math.cos(math.pi * progress))
+
+
+def encoder_config(cfg: TrainConfig, tokenizer: Tokenizer) -> TextEncoderConfig:
+    """The encoder of this run: causal for NTP, bidirectional for the JEPA arms."""
+    m = cfg.model
+    return TextEncoderConfig(
+        vocab_size=tokenizer.vocab_size, hidden=m.hidden, layers=m.layers, heads=m.heads,
+        intermediate=m.intermediate, max_len=cfg.max_len, dropout=m.dropout,
+        causal=cfg.arm == "ntp", pooling=m.pooling, pad_id=tokenizer.pad_id)
+
+
+def run_identity(cfg: TrainConfig, enc_cfg: TextEncoderConfig) -> str:
+    """sha256 of the resolved config; a checkpoint resumes only under the same identity."""
+    blob = json.dumps({"train": cfg.to_dict(), "encoder": asdict(enc_cfg)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def view_config(cfg: TrainConfig, tokenizer: Tokenizer) -> ViewConfig:
+    """The views of this run: `cfg.views` with the run's max_len and the tokenizer's [MASK]."""
+    return replace(cfg.views, max_len=cfg.max_len, mask_id=tokenizer.mask_id)
+
+
+def tokenize_captions(photos: Sequence[Photo], tokenizer: Tokenizer) -> dict[str, list[int]]:
+    """caption -> token ids (no specials), each distinct caption encoded once per run."""
+    texts = sorted({c for p in photos for c in p.captions})
+    return dict(zip(texts, tokenizer.encode_batch(texts), strict=True))
+
+
+def trim(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Cut the columns that are padding in every row: [..., L] -> [..., L_max_real]."""
+    length = int(mask.sum(-1).max())
+    return tokens[..., :length], mask[..., :length]
+
+
+Group = tuple[Tensor, Tensor]  # (tokens, mask), both [rows, L] long
+
+
+def jepa_batch(photos: Sequence[Photo], cfg: TrainConfig, views: ViewConfig,
+               tokenizer: Tokenizer, ids: dict[str, list[int]], rng: np.random.Generator,
+               split: bool = True) -> list[Group]:
+    """The V views of B photos as a global group [n_global*B, Lg] and a local one
+    [n_local*B, Ll], each padded to its own longest view (view-major rows: view 0 of every
+    photo, then view 1, ...), as upstream encodes global and local views in separate passes
+    (method-anchors.md §1.4); `split=False` gives one group [V*B, L]. Padding is masked, so
+    both give the same loss up to float rounding.
+
+    good: `pick` returns all of a photo's captions and each view draws its own; bad: `pick`
+    returns one caption and every view is cut from it (the rerun article, 'The line that
+    separates good from bad').
+    """
+    samples = [make_views([ids[c] for c in pick(p, cfg.arm == "good", rng)], views, rng)
+               for p in photos]
+    tokens, mask = collate_views(samples, views, tokenizer)  # [V, B, max_len]
+    cuts = [(0, views.n_global), (views.n_global, views.n_views)] if split else [
+        (0, views.n_views)]
+    return [trim(tokens[a:b].flatten(0, 1), mask[a:b].flatten(0, 1)) for a, b in cuts if b > a]
+
+
+def ntp_batch(photos: Sequence[Photo], cfg: TrainConfig, tokenizer: Tokenizer,
+              ids: dict[str, list[int]], rng: np.random.Generator) -> list[Group]:
+    """One whole caption per photo, drawn at random: [B, L] (the rerun article: the NTP arm
+    'has no views at all, and reads a whole caption')."""
+    captions = [ids[pick(p, False, rng)[0]] for p in photos]
+    return [trim(*collate_ntp(captions, cfg.max_len, tokenizer))]
+
+
+class _Net(nn.Module):
+    """Encoder + projector as one module (what DDP wraps)."""
+
+    def __init__(self, encoder: TextEncoder, projector: Projector | None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.projector = projector
+
+    def forward(self, *groups: Group) -> Tensor:
+        """NTP (no projector): one group [B, L] -> hidden [B, L, D].
+        JEPA: view groups -> pooled, concatenated -> projections [V*B, K] (BatchNorm sees
+        every view, as upstream concatenates before the projector)."""
+        if self.projector is None:
+            return self.encoder(*groups[0])
+        pooled = [self.encoder.embed(tokens, mask) for tokens, mask in groups]  # [rows, D]
+        return self.projector(torch.cat(pooled))
+
+
+def step_loss(model: nn.Module, encoder: TextEncoder, sigreg: SIGReg, groups: list[Group],
+              cfg: TrainConfig, pad_id: int, device: torch.device
+              ) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss of one batch and its terms (detached, on `device`: no host sync per step)."""
+    groups = [(t.to(device, non_blocking=True), m.to(device, non_blocking=True))
+              for t, m in groups]
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp and
+                        device.type == "cuda"):
+        out = model(*groups)
+        if cfg.arm == "ntp":  # out: hidden [B, L, D]
+            loss = ntp_loss(out, groups[0][0], encoder.word_embeddings, pad_id)
+            return loss, {"loss": loss.detach()}
+        all_projected = out.view(cfg.n_views(), -1, out.size(-1))  # [V*B, K] -> [V, B, K]
+        loss, inv, sig = lejepa_loss(all_projected, cfg.views.n_global, sigreg, cfg.lamb)
+    return loss, {"loss": loss.detach(), "inv": inv.detach(), "sigreg": sig.detach()}
+
+
+def make_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device: torch.device,
+                batch_size: int = 256) -> Callable[[list[str]], np.ndarray]:
+    """encode(texts) -> float32 [n, D]: pooled encoder output (not the projector) in eval mode.
+
+    Each text is read whole as `[CLS] text [SEP]`, cut to `max_len`, no masking: the input
+    format of the NTP arm, and of a JEPA view that keeps 100% with nothing masked.
+    """
+
+    @torch.no_grad()
+    def encode(texts: list[str]) -> np.ndarray:
+        was_training = encoder.training
+        encoder.eval()
+        out = [torch.zeros((0, encoder.cfg.hidden))]
+        for i in range(0, len(texts), batch_size):
+            chunk = tokenizer.encode_batch(list(texts[i: i + batch_size]))
+            tokens, mask = trim(*collate_ntp(chunk, max_len, tokenizer))
+            out.append(encoder.embed(tokens.to(device), mask.to(device)).float().cpu())
+        encoder.train(was_training)
+        return torch.cat(out).numpy()
+
+    return encode
+
+
+# ---------------------------------------------------------------- distributed and seeding
+
+
+@dataclass(frozen=True)
+class _Dist:
+    rank: int
+    world: int
+    device: torch.device
+    owns_group: bool  # we called init_process_group, so we destroy it
+
+
+def _setup_distributed(cfg: TrainConfig) -> _Dist:
+    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; NCCL on CUDA, gloo on CPU."""
+    want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device='cuda' but no CUDA device is visible; use 'auto'/'cpu'")
+    owns = False
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if want_cuda else "gloo")
+        owns = True
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}") if want_cuda else torch.device("cpu")
+    if want_cuda:
+        torch.cuda.set_device(device)
+    return _Dist(distributed.rank(), distributed.world_size(), device, owns)
+
+
+def _seed_epoch(seed: int, epoch: int, rank: int) -> np.random.Generator:
+    """Seed python/numpy/torch from (seed, epoch, rank); return the views' generator."""
+    ss = np.random.SeedSequence([seed, epoch, rank])
+    s32, s64 = ss.generate_state(1)[0], int(ss.generate_state(2, np.uint64)[1])
+    random.seed(int(s32))
+    np.random.seed(int(s32))
+    torch.manual_seed(s64 & (2**63 - 1))  # all devices: dropout
+    return np.random.default_rng(ss.spawn(1)[0])
+
+
+def _rng_states() -> dict[str, Any]:
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    states = {"python": random.getstate(), "numpy": [name, key.tolist(), pos, has_gauss, gauss],
+              "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@contextlib.contextmanager
+def _rng_untouched() -> Iterator[None]:
+    """Hooks (evaluation, callbacks) cannot move the training's random streams."""
+    states = _rng_states()
+    try:
+        yield
+    finally:
+        _set_rng_states(states)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as d:
+        tokenizer.save(d)
+        return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir()) if p.is_file()}
+
+
+def _tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
+    with tempfile.TemporaryDirectory() as d:
+        for name, data in files.items():
+            (Path(d) / name).write_bytes(data)
+        return Tokenizer.load(d)
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated or foreign file
+        raise ContractError(f"{path}: unreadable checkpoint ({e}); delete it to start over") from e
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ContractError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; delete it or point "
+                            "the run at another directory")
+    return ckpt
+
+
+def _write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    with atomic_path(path, suffix=".pt") as tmp:
+        tmp.write_bytes(buf.getvalue())
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def build_modules(cfg: TrainConfig, enc_cfg: TextEncoderConfig, device: torch.device
+                  ) -> tuple[_Net, SIGReg, torch.optim.Optimizer]:
+    """Encoder (+ projector for JEPA), SIGReg and AdamW, seeded by `cfg.seed` (same on every
+    rank). AdamW betas (0.9, 0.999) as stable-pretraining's benchmark (method-anchors.md §1.4)."""
+    torch.manual_seed(cfg.seed)
+    encoder = TextEncoder(enc_cfg)
+    projector = (None if cfg.arm == "ntp" else
+                 Projector(enc_cfg.hidden, cfg.model.proj_dim, cfg.model.proj_hidden))
+    net = _Net(encoder, projector).to(device)
+    sigreg = SIGReg(n_slices=cfg.n_slices).to(device)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
+                                  weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+    return net, sigreg, optimizer
+
+
+def train_step(model: nn.Module, net: _Net, sigreg: SIGReg, optimizer: torch.optim.Optimizer,
+               groups: list[Group], cfg: TrainConfig, pad_id: int, device: torch.device,
+               lr: float) -> dict[str, Tensor]:
+    """One optimiser step at learning rate `lr`; `model` is `net` or its DDP wrapper."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss, terms = step_loss(model, net.encoder, sigreg, groups, cfg, pad_id, device)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip > 0:
+        nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+    optimizer.step()
+    return terms
+
+
+def _resume(path: Path, identity: str, net: _Net, sigreg: SIGReg,
+            optimizer: torch.optim.Optimizer) -> tuple[int, int, list[dict[str, float]]]:
+    """Load a matching checkpoint into the modules; return (epoch, step, curve)."""
+    if not path.exists():
+        return 0, 0, []
+    ckpt = _read_checkpoint(path)
+    if ckpt["identity"] != identity:
+        raise ContractError(
+            f"{path}: written by config {ckpt['identity']}, this run is config {identity}; "
+            f"delete {path.parent} to start over, or restore the params that wrote it")
+    net.load_state_dict(ckpt["net"])
+    sigreg.load_state_dict(ckpt["sigreg"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    # Each epoch reseeds from (seed, epoch, rank); restoring the saved states as well leaves
+    # the process exactly as an uninterrupted run left it after that epoch.
+    _set_rng_states(ckpt["rng"])
+    return ckpt["epoch"], ckpt["step"], ckpt["curve"]
+
+
+def train_text_encoder(
+    cfg: TrainConfig,
+    photos: list[Photo],
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    *,
+    eval_hook: Callable[[int, Callable[[list[str]], np.ndarray]], dict[str, float]] | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    progress: bool | None = None,
+) -> dict[str, float]:
+    """Train one arm on `photos`; resume from out_dir/checkpoint.pt when it matches `cfg`.
+
+    Writes out_dir/{config.json, curve.json, checkpoint.pt} (rank 0, atomically, every
+    epoch). `eval_hook(epoch, encode)` runs every `cfg.eval_every` epochs and at the last one;
+    it and `on_epoch(epoch, metrics)` run on rank 0 only. Returns the last epoch's metrics.
+    """
+    cfg.validate()
+    if not photos:
+        raise ValueError("train_text_encoder: no training photos")
+    out_dir = Path(out_dir)
+    ckpt_path = out_dir / "checkpoint.pt"
+    ctx = _setup_distributed(cfg)
+    try:
+        if len(photos) < ctx.world:
+            raise ValueError(f"{len(photos)} photos cannot be split over {ctx.world} ranks")
+        enc_cfg = encoder_config(cfg, tokenizer)
+        identity = run_identity(cfg, enc_cfg)
+        ids = tokenize_captions(photos, tokenizer)
+        check_fits(views := view_config(cfg, tokenizer), [len(ids[c]) for c in ids],
+                   where=f"train.max_len={cfg.max_len}: training captions (sorted)")
+        net, sigreg, optimizer = build_modules(cfg, enc_cfg, ctx.device)
+        # Global and local views in separate passes saves padding FLOPs (CPU); on an H200 one
+        # padded pass is faster (bench/gpu_train.py: 163 vs 179 ms per BERT-S step).
+        split = ctx.device.type != "cuda"
+        steps_per_epoch = math.ceil(len(photos) // ctx.world / cfg.batch_size)
+        total_steps = cfg.epochs * steps_per_epoch
+        warmup_steps = cfg.warmup_epochs * steps_per_epoch
+        start_epoch, step, curve = _resume(ckpt_path, identity, net, sigreg, optimizer)
+        resolved = _resolved_config(cfg, enc_cfg, identity, ctx, net, steps_per_epoch)
+        if ctx.rank == 0:
+            write_json(out_dir / "config.json", resolved)
+        model = net if ctx.world == 1 else nn.parallel.DistributedDataParallel(
+            net, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
+        epochs = range(start_epoch + 1, cfg.epochs + 1)
+        if ctx.rank == 0 and (progress if progress is not None else sys.stderr.isatty()):
+            from tqdm import tqdm
+
+            epochs = tqdm(epochs, desc=f"train {cfg.arm}", initial=start_epoch, total=cfg.epochs)
+
+        for epoch in epochs:
+            rng = _seed_epoch(cfg.seed, epoch, ctx.rank)
+            order = np.random.default_rng([cfg.seed, epoch]).permutation(len(photos))
+            shard = order[: len(order) - len(order) % ctx.world][ctx.rank::ctx.world]
+            net.train()
+            sums: dict[str, Tensor] = {}
+            for i in range(0, len(shard), cfg.batch_size):
+                lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+                batch = [photos[j] for j in shard[i: i + cfg.batch_size]]
+                groups = (ntp_batch(batch, cfg, tokenizer, ids, rng) if cfg.arm == "ntp" else
+                          jepa_batch(batch, cfg, views, tokenizer, ids, rng, split=split))
+                terms = train_step(model, net, sigreg, optimizer, groups, cfg, tokenizer.pad_id,
+                                   ctx.device, lr)
+                step += 1
+                for k, v in terms.items():
+                    sums[k] = sums[k] + v.double() if k in sums else v.double()
+            metrics = {"epoch": epoch, **_epoch_metrics(sums, steps_per_epoch), "lr": lr}
+            if not all(math.isfinite(v) for v in metrics.values()):
+                raise FloatingPointError(f"epoch {epoch}: non-finite loss {metrics}; lower "
+                                         "train.lr or set train.grad_clip")
+            if ctx.rank == 0 and eval_hook is not None and (
+                    epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
+                with _rng_untouched():
+                    encode = make_encode(net.encoder, tokenizer, cfg.max_len, ctx.device)
+                    metrics.update(eval_hook(epoch, encode))
+            curve.append(metrics)
+            if ctx.rank == 0:
+                _write_checkpoint(ckpt_path, {
+                    "format": CHECKPOINT_FORMAT, "identity": identity, "config": resolved,
+                    "net": net.state_dict(), "sigreg": sigreg.state_dict(),
+                    "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step,
+                    "curve": curve, "rng": _rng_states(),
+                    "tokenizer_files": _tokenizer_files(tokenizer)})
+                write_json(out_dir / "curve.json", curve)
+                if on_epoch is not None:
+                    with _rng_untouched():
+                        on_epoch(epoch, dict(metrics))
+        return dict(curve[-1])
+    finally:
+        if ctx.owns_group:
+            dist.destroy_process_group()
+
+
+def _resolved_config(cfg: TrainConfig, enc_cfg: TextEncoderConfig, identity: str, ctx: _Dist,
+                     net: _Net, steps_per_epoch: int) -> dict[str, Any]:
+    """config.json: the config as run, with what it implies (world size, SIGReg weight)."""
+    sigreg_weight = 0.0 if cfg.arm == "ntp" else effective_sigreg_weight(
+        cfg.lamb, cfg.batch_size, cfg.n_views(), ctx.world)
+    return {"train": cfg.to_dict(), "encoder": asdict(enc_cfg), "identity": identity,
+            "world_size": ctx.world, "device": str(ctx.device),
+            "n_parameters": count_parameters(net), "steps_per_epoch": steps_per_epoch,
+            "effective_sigreg_weight": sigreg_weight, "default_sources": DEFAULT_SOURCES}
+
+
+def _epoch_metrics(sums: dict[str, Tensor], steps: int) -> dict[str, float]:
+    """Per-step means of the loss terms, averaged over ranks (one host sync per epoch)."""
+    keys = sorted(sums)
+    values = torch.stack([sums[k] / steps for k in keys])
+    if distributed.world_size() > 1:
+        dist.all_reduce(values)
+        values /= distributed.world_size()
+    return dict(zip(keys, values.tolist(), strict=True))
+
+
+def load_text_encoder(out_dir: Path, device: str = "cpu") -> Callable[[list[str]], np.ndarray]:
+    """encode(texts) -> float32 [n, D] from out_dir/checkpoint.pt (its own tokenizer inside)."""
+    path = Path(out_dir) / "checkpoint.pt"
+    if not path.exists():
+        raise ContractError(f"{path}: no checkpoint; run `harness train` for this arm and seed")
+    ckpt = _read_checkpoint(path)
+    enc_cfg = TextEncoderConfig(**ckpt["config"]["encoder"])
+    encoder = TextEncoder(enc_cfg)
+    prefix = "encoder."
+    encoder.load_state_dict({k[len(prefix):]: v for k, v in ckpt["net"].items()
+                             if k.startswith(prefix)}, strict=True)
+    encoder.to(device)
+    tokenizer = _tokenizer_from_files(ckpt["tokenizer_files"])
+    return make_encode(encoder, tokenizer, ckpt["config"]["train"]["max_len"],
+                       torch.device(device))

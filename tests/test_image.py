@@ -1,0 +1,291 @@
+"""prh.image and prh.embed: world encoder training, strict loading, DINOv2 build, embed CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from prh import embed, image, io
+from prh.image import ImageConfig, ImageError
+
+TINY = {"image_size": 16, "embed_dim": 16, "width": 8, "depth": 2, "proj_hidden": 32,
+        "proj_dim": 16, "epochs": 5, "batch_size": 12, "n_slices": 64, "n_local": 2,
+        "lr": 3e-3}
+
+
+def make_images(folder: Path, n: int, size: int = 16, seed: int = 0) -> list[Path]:
+    """Coloured squares on a tinted background, like a miniature world image."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        arr = np.full((size, size, 3), rng.integers(60, 190, 3), dtype=np.uint8)
+        x, y = rng.integers(0, size // 2, 2)
+        arr[y:y + size // 3, x:x + size // 3] = rng.integers(0, 256, 3)
+        paths.append(folder / f"{i:03d}.png")
+        Image.fromarray(arr).save(paths[-1])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    paths = make_images(root / "images", 24)
+    cfg = ImageConfig.from_dict(TINY)
+    model = image.train_world_image_encoder(paths, cfg, 0, root / "encoder.pt")
+    return root, paths, cfg, model
+
+
+def embed_all(model, paths, cfg):
+    return image.embed_images(model, paths, image_size=cfg.image_size, mean=cfg.mean,
+                              std=cfg.std, batch_size=7, progress=False)
+
+
+# ---------------------------------------------------------------------------- config
+
+def test_config_from_dict_converts_lists_and_rejects_unknown_keys_and_types():
+    cfg = ImageConfig.from_dict({"mean": [0.5, 0.5, 0.5], "lr": 1, "epochs": 3})
+    assert cfg.mean == (0.5, 0.5, 0.5) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
+    assert ImageConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ImageError, match="unknown key.*'epoch'"):
+        ImageConfig.from_dict({"epoch": 3})
+    with pytest.raises(ImageError, match="`epochs` must be int"):
+        ImageConfig.from_dict({"epochs": 3.0})
+    with pytest.raises(ImageError, match="`flip` must be bool"):
+        ImageConfig.from_dict({"flip": 1})
+    with pytest.raises(ImageError, match="`mean` must be a list"):
+        ImageConfig.from_dict({"mean": "0.5"})
+
+
+@pytest.mark.parametrize("bad, key", [({"encoder": "resnet"}, "encoder"),
+                                      ({"encoder": "dinov2_vitb14", "image_size": 32},
+                                       "image_size"),
+                                      ({"local_scale": [0.5, 0.2]}, "local_scale"),
+                                      ({"depth": 6}, "depth"),
+                                      ({"std": [1.0, 0.0, 1.0]}, "std"),
+                                      ({"batch_size": 1}, "batch_size")])
+def test_config_validate_names_the_key(bad, key):
+    with pytest.raises(ImageError, match=f"`{key}`"):
+        ImageConfig.from_dict(bad, where="params.yaml: image")
+
+
+# ---------------------------------------------------------------------------- views, schedule
+
+def test_colour_jitter_factors_act_as_defined():
+    x = torch.rand(2, 3, 4, 4)
+    assert torch.allclose(image._colour_jitter(x, torch.ones(3, 2)), x, atol=1e-6)
+    halved = image._colour_jitter(x, torch.tensor([[0.5, 0.5], [1.0, 1.0], [1.0, 1.0]]))
+    assert torch.allclose(halved, x / 2, atol=1e-6)
+    gray = image._colour_jitter(x, torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]))
+    luma = 0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]
+    assert torch.allclose(gray, luma.unsqueeze(1).expand_as(x), atol=1e-6)
+
+
+@settings(max_examples=20, deadline=None)
+@given(lo=st.floats(0.05, 1.0), width=st.floats(0.0, 1.0), n=st.integers(1, 3),
+       seed=st.integers(0, 2**31), flip=st.booleans())
+def test_random_views_keep_a_constant_image_constant(lo, width, n, seed, flip):
+    """Any crop of a constant image, resampled bilinearly, is that constant (no jitter)."""
+    colour = torch.tensor([0.2, 0.5, 0.9]).view(1, 3, 1, 1)
+    x = colour.expand(3, 3, 8, 8).clone()
+    scale = (lo, min(1.0, lo + width))
+    v = image.random_views(x, n, scale, flip=flip, jitter=0.0,
+                           gen=torch.Generator().manual_seed(seed))
+    assert v.shape == (n, 3, 3, 8, 8)
+    assert torch.allclose(v, colour.unsqueeze(0).expand_as(v), atol=1e-6)
+    again = image.random_views(x + torch.rand_like(x) * 0.1, n, scale, flip=flip, jitter=0.4,
+                               gen=torch.Generator().manual_seed(seed))
+    assert float(again.min()) >= 0.0 and float(again.max()) <= 1.0
+
+
+def test_full_area_view_without_flip_reproduces_the_image_along_the_long_axis():
+    """Area 1: one side spans the whole image; a ramp along that axis is reproduced."""
+    ramp = torch.linspace(0, 1, 16).view(1, 1, 1, 16).expand(1, 3, 16, 16).contiguous()
+    gen = torch.Generator().manual_seed(3)
+    views = image.random_views(ramp.expand(64, 3, 16, 16), 1, (1.0, 1.0), flip=False,
+                               jitter=0.0, gen=gen)[0]
+    full_width = [v for v in views if torch.allclose(v[0, 0], ramp[0, 0, 0], atol=1e-5)]
+    assert len(full_width) > 10  # the aspect draws with crop width 1 (about half of 64)
+
+
+def test_lr_schedule_warmup_peak_and_floor():
+    base, total = 1e-3, 100
+    assert image.lr_at(0, total, base) == pytest.approx(base / 10)
+    assert image.lr_at(9, total, base) == pytest.approx(base)
+    assert image.lr_at(10, total, base) == pytest.approx(base)
+    mid = 10 + 45
+    assert image.lr_at(mid, total, base) == pytest.approx(base / 1000 + (base - base / 1000) / 2)
+    assert image.lr_at(total, total, base) == pytest.approx(base / 1000)
+    decay = [image.lr_at(i, total, base) for i in range(10, total + 1)]
+    assert all(a > b for a, b in zip(decay, decay[1:], strict=False))
+
+
+def test_load_image_resizes_the_shorter_side_and_centre_crops(tmp_path):
+    arr = np.zeros((20, 40, 3), dtype=np.uint8)
+    arr[:, 10:30] = 255                                     # white centre band, 20 px wide
+    Image.fromarray(arr).save(tmp_path / "wide.png")
+    x = image.load_image(tmp_path / "wide.png", 10)
+    assert x.shape == (3, 10, 10)
+    assert float(x[:, :, 1:9].min()) == 1.0                 # centre crop falls inside the band
+    square = np.arange(16 * 16 * 3, dtype=np.uint8).reshape(16, 16, 3)
+    Image.fromarray(square).save(tmp_path / "sq.png")
+    same = image.load_image(tmp_path / "sq.png", 16)
+    assert torch.equal(same, torch.from_numpy(square).permute(2, 0, 1).float() / 255)
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    with pytest.raises(ImageError, match="bad.png: cannot read"):
+        image.load_image(tmp_path / "bad.png", 16)
+
+
+# ---------------------------------------------------------------------------- world encoder
+
+def test_world_encoder_loss_decreases_and_checkpoint_round_trips(trained):
+    root, paths, cfg, model = trained
+    ckpt = image.load_checkpoint(root / "encoder.pt")
+    losses = [rec["loss"] for rec in ckpt["history"]]
+    assert len(losses) == cfg.epochs and losses[-1] < 0.8 * losses[0]
+    assert ckpt["config"] == cfg and ckpt["seed"] == 0
+    assert ckpt["preprocessing"]["image_size"] == 16
+    loaded = image.load_world_image_encoder(root / "encoder.pt")
+    e = embed_all(model, paths, cfg)
+    assert e.shape == (24, 16) and e.dtype == np.float32 and np.isfinite(e).all()
+    np.testing.assert_array_equal(embed_all(loaded, paths, cfg), e)
+    # batching does not change rows (eval mode: batch norm uses running statistics)
+    one = image.embed_images(loaded, paths[:5], image_size=16, mean=cfg.mean, std=cfg.std,
+                             batch_size=1, progress=False)
+    np.testing.assert_allclose(one, e[:5], rtol=1e-5, atol=1e-6)
+
+
+def test_world_encoder_is_deterministic_for_a_seed(trained, tmp_path):
+    root, paths, cfg, model = trained
+    short = ImageConfig.from_dict({**TINY, "epochs": 1})
+    a = image.train_world_image_encoder(paths, short, 7, tmp_path / "a.pt")
+    torch.rand(5)  # move the global RNG: training must not depend on it
+    b = image.train_world_image_encoder(paths, short, 7, tmp_path / "b.pt")
+    c = image.train_world_image_encoder(paths, short, 8, tmp_path / "c.pt")
+    np.testing.assert_array_equal(embed_all(a, paths, short), embed_all(b, paths, short))
+    assert not np.allclose(embed_all(a, paths, short), embed_all(c, paths, short))
+
+
+def test_world_checkpoint_is_loaded_strictly(trained, tmp_path):
+    root, *_ = trained
+    ckpt = torch.load(root / "encoder.pt", weights_only=True)
+    ckpt["state_dict"]["extra.weight"] = torch.zeros(1)
+    torch.save(ckpt, tmp_path / "extra.pt")
+    with pytest.raises(ImageError, match="extra.pt: state dict does not match.*unexpected"
+                                         " keys.*extra.weight"):
+        image.load_world_image_encoder(tmp_path / "extra.pt")
+    del ckpt["state_dict"]["extra.weight"], ckpt["state_dict"]["head.bias"]
+    torch.save(ckpt, tmp_path / "missing.pt")
+    with pytest.raises(ImageError, match="head.bias"):
+        image.load_world_image_encoder(tmp_path / "missing.pt")
+    torch.save({"format": "other"}, tmp_path / "other.pt")
+    with pytest.raises(ImageError, match="other.pt: format 'other'"):
+        image.load_world_image_encoder(tmp_path / "other.pt")
+    with pytest.raises(ImageError, match="not found.*harness image"):
+        image.load_world_image_encoder(tmp_path / "absent.pt")
+
+
+def test_training_refuses_missing_images(tmp_path):
+    with pytest.raises(ImageError, match=r"2 image file\(s\) missing.*a.png.*b.png"):
+        image.train_world_image_encoder([tmp_path / "a.png", tmp_path / "b.png"],
+                                        ImageConfig.from_dict(TINY), 0, tmp_path / "e.pt")
+    assert not (tmp_path / "e.pt").exists()
+
+
+# ---------------------------------------------------------------------------- DINOv2
+
+@pytest.fixture(scope="module")
+def dinov2_state(tmp_path_factory):
+    """A randomly initialised timm DINOv2 ViT-B/14 at 224 px, saved as a local state dict."""
+    import timm
+    torch.manual_seed(0)
+    ref = timm.create_model(image.DINOV2_TIMM_NAME, pretrained=False, num_classes=0,
+                            img_size=224).eval()
+    path = tmp_path_factory.mktemp("dinov2") / "dinov2_vitb14.pt"
+    torch.save(ref.state_dict(), path)
+    return ref, path
+
+
+def test_build_dinov2_loads_a_local_state_dict_and_embeds_cls(dinov2_state, tmp_path):
+    ref, path = dinov2_state
+    model = image.build_dinov2(path, img_size=224)
+    paths = make_images(tmp_path / "img", 2, size=40)
+    prep = image.dinov2_preprocessing(model, 224)
+    assert prep["mean"] == list(image.IMAGENET_MEAN) and prep["interpolation"] == "bicubic"
+    kw = {"image_size": 224, "mean": prep["mean"], "std": prep["std"], "batch_size": 2,
+          "progress": False, "interpolation": "bicubic"}
+    e = image.embed_images(model, paths, **kw)
+    assert e.shape == (2, 768) and e.dtype == np.float32
+    x = image.load_image(paths[0], 224, "bicubic").unsqueeze(0)
+    with torch.no_grad():
+        expected = ref(image.normalize(x, prep["mean"], prep["std"])).numpy()
+    np.testing.assert_allclose(e[:1], expected, rtol=1e-4, atol=1e-4)
+    blocks = image.embed_images(model, paths[:1], per_block=True, **kw)
+    assert blocks.shape == (1, 12, 768)
+    with torch.no_grad():  # the final CLS is the last block's CLS through the final norm
+        normed = model.norm(torch.from_numpy(blocks[:, -1])).numpy()
+    np.testing.assert_allclose(normed, e[:1], rtol=1e-4, atol=1e-4)
+
+
+def test_build_dinov2_is_strict_and_says_where_weights_go(dinov2_state, tmp_path):
+    _, path = dinov2_state
+    state = torch.load(path, weights_only=True)
+    with pytest.raises(ImageError, match="absent.pt: DINOv2 weights not found.*dvc add"):
+        image.build_dinov2(tmp_path / "absent.pt")
+    del state["blocks.3.attn.qkv.weight"]
+    state["surplus"] = torch.zeros(1)
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ImageError, match=r"bad.pt: not a DINOv2.*missing keys \['blocks.3.attn"
+                                         r".qkv.weight'\].*unexpected keys \['surplus'\]"):
+        image.build_dinov2(tmp_path / "bad.pt")
+
+
+# ---------------------------------------------------------------------------- embed CLI
+
+def write_dataset(root: Path, order: list[int], filenames: dict[int, str]) -> Path:
+    images = [{"imgid": i, "filename": filenames[i], "split": "val" if i != 0 else "train",
+               "sentences": [{"raw": f"scene {i}", "tokens": ["scene", str(i)], "sentid": i,
+                              "imgid": i}], "sentids": [i]} for i in order]
+    path = root / "dataset.json"
+    path.write_text(json.dumps({"dataset": "world", "images": images}))
+    return path
+
+
+def test_embed_cli_writes_ids_in_dataset_order(trained, tmp_path):
+    root, paths, cfg, model = trained
+    order = [0, 17, 3, 11, 5]                    # imgid 0 is train; val rows in file order
+    dataset = write_dataset(tmp_path, order, {i: paths[i].name for i in order})
+    out = tmp_path / "val.npz"
+    rc = embed.cli(["--encoder", "world_cnn", "--checkpoint", str(root / "encoder.pt"),
+                    "--dataset", str(dataset), "--image-dir", str(paths[0].parent),
+                    "--split", "val", "--out", str(out)])
+    assert rc == 0
+    ids, emb, meta = io.load_embeddings(out)
+    assert list(ids) == ["17", "3", "11", "5"]
+    np.testing.assert_allclose(emb, embed_all(model, [paths[i] for i in (17, 3, 11, 5)], cfg),
+                               rtol=1e-5, atol=1e-6)
+    assert meta["encoder"] == "world_cnn" and meta["split"] == "val" and meta["dim"] == 16
+    assert meta["preprocessing"]["image_size"] == 16
+    assert meta["weights_sha256"] == embed.sha256(root / "encoder.pt")
+
+
+def test_embed_cli_refuses_missing_images_naming_them(trained, tmp_path, capsys):
+    root, paths, *_ = trained
+    order = list(range(1, 15))
+    names = {i: paths[i].name if i < 2 else f"gone_{i}.png" for i in order}
+    dataset = write_dataset(tmp_path, order, names)
+    out = tmp_path / "val.npz"
+    rc = embed.cli(["--encoder", "world_cnn", "--checkpoint", str(root / "encoder.pt"),
+                    "--dataset", str(dataset), "--image-dir", str(paths[0].parent),
+                    "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and not out.exists()
+    assert "13 image file(s) missing" in err and "gone_2.png" in err and "gone_11.png" in err
+    assert "gone_12.png" not in err and "and 3 more" in err and "--image-dir" in err

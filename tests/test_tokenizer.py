@@ -1,0 +1,104 @@
+"""prh.tokenizer: offline WordPiece, deterministic, saved and loaded with the run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prh.tokenizer import Tokenizer, TokenizerError, train_tokenizer
+
+WORDS = ["a", "dog", "runs", "in", "the", "park", "two", "dogs", "play", "with", "red", "ball",
+         "man", "riding", "bike", "on", "street", "woman", "holding", "umbrella"]
+CORPUS = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(6)) + " ."
+          for i in range(200)]
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return train_tokenizer(CORPUS, vocab_size=120)
+
+
+def test_special_ids_and_size(tok):
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    assert tok.vocab()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert all(i >= 5 for i in tok.encode("A dog runs ."))
+    assert 5 < tok.vocab_size <= 120
+
+
+def test_encode_is_lowercase_wordpiece_without_specials(tok):
+    ids = tok.encode("A DOG runs in the park .")
+    assert tok.decode(ids) == "a dog runs in the park."
+    assert tok.encode("a dog runs in the park .") == ids
+    assert tok.encode_batch(["a dog", "red ball"]) == [tok.encode("a dog"), tok.encode("red ball")]
+    assert tok.unk_id in tok.encode("zebra")      # 'z' never occurs in the training captions
+
+
+def test_same_texts_give_the_same_vocabulary():
+    a = train_tokenizer(CORPUS, vocab_size=120)
+    b = train_tokenizer(list(CORPUS), vocab_size=120)
+    assert a.vocab() == b.vocab()
+    assert a.encode(CORPUS[3]) == b.encode(CORPUS[3])
+
+
+def test_save_and_load_round_trip(tok, tmp_path):
+    tok.save(tmp_path / "tokenizer")
+    assert (tmp_path / "tokenizer" / "vocab.txt").read_text().split("\n")[:5] == \
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    back = Tokenizer.load(tmp_path / "tokenizer")
+    assert back.vocab() == tok.vocab() and back.vocab_size == tok.vocab_size
+    assert [back.encode(t) for t in CORPUS[:20]] == [tok.encode(t) for t in CORPUS[:20]]
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == \
+        ["tokenizer.json", "vocab.txt"]            # no temp files left behind
+
+
+def test_load_errors_name_the_file(tok, tmp_path):
+    with pytest.raises(TokenizerError, match=r"missing/tokenizer\.json: file not found"):
+        Tokenizer.load(tmp_path / "missing")
+    tok.save(tmp_path / "t")
+    (tmp_path / "t" / "vocab.txt").write_text("[PAD]\nother\n")
+    with pytest.raises(TokenizerError, match=r"vocab\.txt: differs from"):
+        Tokenizer.load(tmp_path / "t")
+    (tmp_path / "t" / "tokenizer.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="cannot be read"):
+        Tokenizer.load(tmp_path / "t")
+
+
+def test_vocab_size_must_exceed_specials():
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(CORPUS, vocab_size=5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12))
+def test_known_words_round_trip(tok, words):
+    text = " ".join(words)
+    ids = tok.encode(text)
+    assert tok.unk_id not in ids
+    assert tok.decode(ids) == text
+
+
+def test_merges_by_hand():
+    # words: "ab" x3, "abc" x2 -> symbols [a, ##b], [a, ##b, ##c]; pair counts (a, ##b) = 5,
+    # (##b, ##c) = 2: merge "ab" first, then (ab, ##c) = 2 gives "abc".
+    texts = ["ab ab ab abc abc"]
+    assert train_tokenizer(texts, 100).vocab()[5:] == ["##b", "##c", "a", "ab", "abc"]
+    assert train_tokenizer(texts, 100, min_frequency=3).vocab()[5:] == ["##b", "##c", "a", "ab"]
+    # A tie (both pairs seen once) goes to the pair whose text sorts first: (a, ##b).
+    assert train_tokenizer(["ab cd"], 5 + 4 + 1, min_frequency=1).vocab()[-1] == "ab"
+
+
+def test_vocabulary_does_not_depend_on_the_process_hash_seed(tmp_path):
+    script = ("import sys; sys.path.insert(0, 'tests'); from test_tokenizer import CORPUS; "
+              "from prh.tokenizer import train_tokenizer; "
+              "print(' '.join(train_tokenizer(CORPUS, 120).vocab()))")
+    out = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                          cwd=Path(__file__).parents[1]).stdout
+           for seed in ("1", "2")]
+    assert out[0] == out[1] == " ".join(train_tokenizer(CORPUS, 120).vocab()) + "\n"

@@ -1,0 +1,284 @@
+"""prh.train: config loading, the LR schedule, resume-equals-uninterrupted, a real signal."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prh.data import Photo
+from prh.io import ContractError
+from prh.tokenizer import train_tokenizer
+from prh.train import (
+    FINAL_LR_RATIO,
+    WARMUP_START,
+    TrainConfig,
+    build_modules,
+    encoder_config,
+    jepa_batch,
+    load_text_encoder,
+    lr_at,
+    step_loss,
+    tokenize_captions,
+    train_text_encoder,
+    view_config,
+)
+from prh.views import ViewError
+
+COLOURS = ["red", "blue", "green", "black", "white", "brown"]
+ANIMALS = ["dog", "cat", "horse", "bird"]
+PLACES = ["on the grass", "in the snow", "near a lake", "on a street"]
+TINY_MODEL = {"hidden": 16, "layers": 1, "heads": 2, "intermediate": 32, "dropout": 0.1,
+              "proj_dim": 16, "proj_hidden": 32}
+
+
+def toy_photos(n: int = 16) -> list[Photo]:
+    """Photos whose 3 captions describe one scene in different words."""
+    photos = []
+    for i in range(n):
+        c, a, p = COLOURS[i % 6], ANIMALS[i % 4], PLACES[(i // 4) % 4]
+        captions = (f"a {c} {a} runs {p}", f"there is a {c} {a} {p}",
+                    f"the {a} is {c} and stands {p} today")
+        photos.append(Photo(id=str(i), filename=f"{i}.jpg", split="train", captions=captions))
+    return photos
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    photos = toy_photos()
+    return photos, train_tokenizer([c for p in photos for c in p.captions], vocab_size=120)
+
+
+def tiny_cfg(**kw) -> TrainConfig:
+    d = {"arm": "good", "seed": 3, "epochs": 3, "batch_size": 4, "lr": 1e-3, "warmup_epochs": 1,
+         "n_slices": 16, "max_len": 16, "eval_every": 1, "device": "cpu", "grad_clip": 1.0,
+         "model": TINY_MODEL}
+    return TrainConfig.from_dict({**d, **kw})
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_defaults_round_trip_through_a_dict() -> None:
+    d = TrainConfig().to_dict()
+    assert TrainConfig.from_dict(d) == TrainConfig()
+    assert d["views"] == {"n_global": 2, "n_local": 6, "global_scale": [0.5, 1.0],
+                          "local_scale": [0.15, 0.5], "mask_ratio": 0.15}
+    assert TrainConfig.from_dict({"lr": 1}).lr == 1.0  # an int is a valid float
+
+
+@pytest.mark.parametrize(("d", "message"), [
+    ({"epoch": 3}, r"train: unknown key\(s\) \['epoch'\]"),
+    ({"views": {"max_len": 32}}, r"train.views: unknown key\(s\) \['max_len'\]"),
+    ({"model": {"width": 8}}, r"train.model: unknown key\(s\) \['width'\]"),
+    ({"epochs": "10"}, r"train.epochs='10' has type str; expected int"),
+    ({"amp": 1}, r"train.amp=1 has type int; expected bool"),
+    ({"batch_size": True}, r"train.batch_size=True has type bool; expected int"),
+    ({"views": {"local_scale": [0.1]}}, r"train.views.local_scale=\[0.1\]: expected a list of 2"),
+    ({"arm": "jepa"}, r"train.arm='jepa': use one of \['good', 'bad', 'ntp'\]"),
+    ({"lamb": -0.01}, r"train.lamb=-0.01 is out of range: use 0 or a positive SIGReg weight"),
+    ({"epochs": 0}, r"train.epochs=0 is out of range: train for at least 1 epoch"),
+    ({"max_len": 2}, r"train.max_len=2: the views cannot fit .*raise train.max_len"),
+    ({"views": {"local_scale": [0.6, 0.5]}}, r"train.views: ViewConfig.local_scale"),
+    ({"model": {"hidden": 10, "heads": 4}}, r"train.model.hidden=10 .*multiple of model.heads"),
+])
+def test_bad_configs_name_the_key_and_the_fix(d: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_dict(d)
+
+
+def test_captions_longer_than_max_len_are_refused_before_anything_is_written(
+        corpus, tmp_path: Path) -> None:
+    photos, tok = corpus
+    with pytest.raises(ViewError, match="exceed max_len - 2 = 2 tokens.*raise train.max_len"):
+        train_text_encoder(tiny_cfg(max_len=4), photos, tok, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- schedule
+
+
+def test_lr_schedule_hand_values() -> None:
+    assert lr_at(0, 100, 10, 1.0) == pytest.approx(WARMUP_START)
+    assert lr_at(5, 100, 10, 1.0) == pytest.approx(WARMUP_START + (1 - WARMUP_START) / 2)
+    assert lr_at(10, 100, 10, 1.0) == pytest.approx(1.0)
+    assert lr_at(55, 100, 10, 1.0) == pytest.approx((1 + FINAL_LR_RATIO) / 2)  # cos(pi/2) = 0
+    assert lr_at(100, 100, 10, 1.0) == pytest.approx(FINAL_LR_RATIO)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 50), st.integers(1, 500), st.integers(0, 500))
+def test_lr_stays_in_range_and_decays_after_warmup(warmup: int, extra: int, step: int) -> None:
+    total = warmup + extra
+    lr = lr_at(step, total, warmup, 2e-4)
+    assert 2e-4 * min(WARMUP_START, FINAL_LR_RATIO) - 1e-18 <= lr <= 2e-4
+    if step >= warmup:
+        assert lr_at(step + 1, total, warmup, 2e-4) <= lr
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_one_padded_pass_gives_the_loss_of_separate_global_and_local_passes(corpus) -> None:
+    photos, tok = corpus
+    cfg = tiny_cfg(model={**TINY_MODEL, "dropout": 0.0})
+    ids, views = tokenize_captions(photos, tok), view_config(cfg, tok)
+    losses = []
+    for split in (True, False):
+        net, sigreg, _ = build_modules(cfg, encoder_config(cfg, tok), torch.device("cpu"))
+        groups = jepa_batch(photos[:4], cfg, views, tok, ids, np.random.default_rng(0), split)
+        assert len(groups) == (2 if split else 1)
+        assert sum(len(t) for t, _ in groups) == 8 * 4  # V * B rows
+        losses.append(step_loss(net, net.encoder, sigreg, groups, cfg, tok.pad_id,
+                                torch.device("cpu"))[1])
+    for k in ("loss", "inv", "sigreg"):
+        torch.testing.assert_close(losses[0][k], losses[1][k], rtol=1e-5, atol=1e-6)
+
+
+def _mean_norm_hook(texts: list[str]):
+    def hook(epoch: int, encode) -> dict[str, float]:
+        emb = encode(texts)
+        return {"mean_norm": float(np.linalg.norm(emb, axis=1).mean())}
+    return hook
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def _kill_after(epoch_to_die: int):
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        if epoch == epoch_to_die:
+            raise Killed(f"killed after epoch {epoch}")
+    return on_epoch
+
+
+@pytest.mark.parametrize("arm", ["good", "bad", "ntp"])
+def test_killed_and_resumed_run_equals_uninterrupted_run(corpus, tmp_path: Path, arm: str) -> None:
+    photos, tok = corpus
+    cfg = tiny_cfg(arm=arm)
+    hook = _mean_norm_hook([p.captions[0] for p in photos[:5]])
+    full = train_text_encoder(cfg, photos, tok, tmp_path / "full", eval_hook=hook)
+
+    with pytest.raises(Killed):
+        train_text_encoder(cfg, photos, tok, tmp_path / "resumed", eval_hook=hook,
+                           on_epoch=_kill_after(1))
+    seen: list[int] = []
+    resumed = train_text_encoder(cfg, photos, tok, tmp_path / "resumed", eval_hook=hook,
+                                 on_epoch=lambda e, m: seen.append(e))
+    assert seen == [2, 3]
+    assert resumed == full
+    assert set(full) >= {"epoch", "loss", "lr", "mean_norm"}
+    assert ({"inv", "sigreg"} <= set(full)) == (arm != "ntp")
+    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
+    assert a["net"].keys() == b["net"].keys()
+    for k in a["net"]:
+        assert torch.equal(a["net"][k], b["net"][k]), k
+    assert torch.equal(a["sigreg"]["step"], b["sigreg"]["step"])
+    assert int(a["sigreg"]["step"]) == (0 if arm == "ntp" else 3 * 4)  # 3 epochs x 4 steps
+    curve_a = json.loads((tmp_path / "full" / "curve.json").read_text())
+    assert curve_a == json.loads((tmp_path / "resumed" / "curve.json").read_text())
+    assert [r["epoch"] for r in curve_a] == [1, 2, 3]
+
+
+def test_resume_refuses_a_checkpoint_from_another_config(corpus, tmp_path: Path) -> None:
+    photos, tok = corpus
+    train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    with pytest.raises(ContractError, match=r"written by config [0-9a-f]{16}, this run is "
+                       r"config [0-9a-f]{16}; delete .* or restore the params"):
+        train_text_encoder(tiny_cfg(epochs=1, lamb=0.05), photos, tok, tmp_path)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+def test_outputs_and_reloaded_encoder(corpus, tmp_path: Path) -> None:
+    photos, tok = corpus
+    texts = [p.captions[1] for p in photos[:6]]
+    got = {}
+
+    def hook(epoch: int, encode) -> dict[str, float]:
+        got["emb"] = encode(texts)
+        return {}
+
+    train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path, eval_hook=hook)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["effective_sigreg_weight"] == pytest.approx(0.02 * 4 * 8 * 1)  # lamb B V W
+    assert config["encoder"]["causal"] is False and config["world_size"] == 1
+    encode = load_text_encoder(tmp_path)
+    emb = encode(texts)
+    assert emb.shape == (6, 16) and emb.dtype == np.float32
+    np.testing.assert_array_equal(emb, got["emb"])  # pooled encoder output, not the projector
+    assert encode([]).shape == (0, 16)
+
+
+def test_good_views_learn_a_real_signal_on_a_toy_corpus(corpus, tmp_path: Path) -> None:
+    """The LeJEPA loss falls, and a photo's differently worded captions end up nearest
+    neighbours: R@1 of caption 0 -> caption 2 over the 16 photos (chance 1/16)."""
+    photos, tok = corpus
+
+    def r_at_1(epoch: int, encode) -> dict[str, float]:
+        a, b = (encode([p.captions[j] for p in photos]) for j in (0, 2))
+        a /= np.linalg.norm(a, axis=1, keepdims=True)
+        b /= np.linalg.norm(b, axis=1, keepdims=True)
+        return {"r_at_1": float(((a @ b.T).argmax(1) == np.arange(len(photos))).mean())}
+
+    curve = []
+    train_text_encoder(tiny_cfg(epochs=10, lr=3e-3, n_slices=64, eval_every=10,
+                                model={**TINY_MODEL, "dropout": 0.0}),
+                       photos, tok, tmp_path, eval_hook=r_at_1,
+                       on_epoch=lambda e, m: curve.append(m))
+    assert all(math.isfinite(r["loss"]) for r in curve)
+    assert curve[-1]["loss"] < 0.8 * curve[0]["loss"]
+    assert curve[-1]["inv"] < 0.5 * curve[0]["inv"]
+    assert curve[-1]["r_at_1"] >= 0.5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_run_and_reload(corpus, tmp_path: Path) -> None:
+    """The GPU path: bf16 autocast, SIGReg in fp32, checkpoint moved back to the CPU."""
+    photos, tok = corpus
+    for arm in ("good", "ntp"):
+        out = train_text_encoder(tiny_cfg(arm=arm, epochs=2, device="cuda", amp=True), photos,
+                                 tok, tmp_path / arm)
+        assert math.isfinite(out["loss"])
+        config = json.loads((tmp_path / arm / "config.json").read_text())
+        assert config["device"].startswith("cuda")
+        emb = load_text_encoder(tmp_path / arm)([p.captions[0] for p in photos])
+        assert emb.shape == (16, 16) and np.isfinite(emb).all()
+
+
+def _ddp_worker(rank: int, port: int, out: str) -> None:
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                      RANK=str(rank), LOCAL_RANK=str(rank))
+    photos = toy_photos()
+    tok = train_tokenizer([c for p in photos for c in p.captions], vocab_size=120)
+    train_text_encoder(tiny_cfg(epochs=2), photos, tok, Path(out) / f"rank{rank}")
+
+
+@pytest.mark.slow
+def test_two_rank_gloo_run_keeps_replicas_identical(tmp_path: Path) -> None:
+    """torchrun-style env on CPU (gloo): both ranks train in step, only rank 0 writes, and
+    config.json records world size 2 and the SIGReg weight it implies (lamb B V W)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    config = json.loads((tmp_path / "rank0" / "config.json").read_text())
+    assert config["world_size"] == 2
+    assert config["effective_sigreg_weight"] == pytest.approx(0.02 * 4 * 8 * 2)
+    assert not (tmp_path / "rank1").exists()  # only rank 0 writes
+    curve = json.loads((tmp_path / "rank0" / "curve.json").read_text())
+    assert [r["epoch"] for r in curve] == [1, 2] and all(math.isfinite(r["loss"]) for r in curve)
