@@ -291,7 +291,7 @@ def load_provenance(paths: ReportPaths) -> tuple[list | None, dict | None]:
         if data is not None and not isinstance(data, list):
             return None, absent(paths.provenance, "provenance", "expected a list of records")
         return data, missing
-    from harness.params import PROVENANCE_FILE, load_params, provenance
+    from harness.params import load_params, provenance
 
     if not paths.params.exists():
         return None, absent(paths.params, "params", "file not found")
@@ -301,9 +301,9 @@ def load_provenance(paths: ReportPaths) -> tuple[list | None, dict | None]:
         return None, absent(paths.params, "params", f"not a valid params file: {e}")
     try:
         return provenance(params), None
-    except (ContractError, OSError, KeyError) as e:
-        return None, absent(PROVENANCE_FILE, "provenance",
-                            f"the provenance table cannot be read ({e!r})")
+    except (ContractError, ValueError, KeyError) as e:
+        return None, absent(paths.params, "provenance",
+                            f"the provenance table cannot be built ({e!r})")
 
 
 def section_claims(audit: Mapping) -> dict:

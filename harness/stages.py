@@ -135,6 +135,10 @@ def data_cli(argv: list[str]) -> int:
                                    "splits (Karpathy format)"))
     tokenizer = train_tokenizer((c for p in train for c in p.captions),
                                 params.sections["data"]["vocab_size"])
+    try:  # views must fit the captions: checked here, before any image or text training
+        check_views_fit(params, train, tokenizer, corpus.path)
+    except ContractError as e:
+        return _fail(e)
     with atomic_dir(prepared_dir(params.profile)) as tmp:
         tokenizer.save(tmp / "tokenizer")
         write_json(tmp / "summary.json", {
@@ -143,6 +147,19 @@ def data_cli(argv: list[str]) -> int:
             "vocab_size": tokenizer.vocab_size})
     print(f"data: {len(train)} training photos, vocabulary {tokenizer.vocab_size}")
     return 0
+
+
+def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Path) -> None:
+    """Refuse a train.max_len that would cut more than 1% of the training captions."""
+    from prh.train import tokenize_captions, view_config
+    from prh.views import check_fits
+
+    cfg = params.train_config(params.arms[0], params.seeds[0])
+    lengths = [len(ids) for ids in tokenize_captions(photos, tokenizer).values()]
+    try:
+        check_fits(view_config(cfg, tokenizer), lengths, where=f"{path} (training captions)")
+    except ValueError as e:
+        raise ContractError(f"{e} ({params.profile}.train.max_len in {params.path})") from e
 
 
 # --- image embeddings ------------------------------------------------------------------------
@@ -416,12 +433,14 @@ def aggregate_cli(argv: list[str]) -> int:
             arms[arm]["metrics"][key] = {**spread, **ci.to_dict(),
                                          "ci_method": f"{ci.method} (test pairs; per-pair "
                                                       "outcome averaged over seeds)"}
+        arms[arm]["controls"] = {}
         for extra in ("r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
-                      "chance_r_at_1", "chance_mknn10"):
+                      "chance_r_at_1", f"chance_mknn{ev.k}"):
             values = {str(s): runs[arm, s]["metrics"].get(extra, {}).get("value")
                       for s in params.seeds}
             if all(v is not None for v in values.values()):
-                arms[arm]["metrics"][extra] = seed_spread(values)
+                block = "metrics" if extra == "r_at_1_fit" else "controls"
+                arms[arm][block][extra] = seed_spread(values)
     gaps = []
     for a, b in itertools.combinations(params.arms, 2):
         for m in metric_names:

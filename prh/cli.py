@@ -11,7 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "world": ("prh.world:cli", "generate the embedded `world` data set"),
     "embed": ("prh.embed:cli", "write image embeddings (world encoder or DINOv2) with row ids"),
     "align": ("prh.align:cli", "fit Procrustes on fit rows, score test rows, write metrics JSON"),
-    "theory": ("prh.theory:cli", "finite-world checks: good/bad-view threshold grid, kernel-gap bound"),
+    "theory": ("prh.theory:cli", "finite worlds: good/bad-view threshold grid, kernel-gap bound"),
 }
 
 

@@ -20,6 +20,12 @@ from typing import Any
 import numpy as np
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 class ContractError(ValueError):
     """A file does not honour its contract; the message names the file, the record and the fix."""
 
@@ -33,6 +39,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get normal modes
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -47,6 +54,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

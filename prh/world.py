@@ -79,9 +79,9 @@ class WorldConfig:
     n_voices: int = 8            # caption voices (the text nuisance); each owns 3 filler words
     style_strength: int = 3      # filler words per caption: 0 = no voice nuisance
     image_size: int = 32         # pixels
-    jitter: int = 3              # image nuisance: position jitter in pixels
-    colour_noise: float = 0.08   # image nuisance: per-object colour perturbation (fraction)
-    pixel_noise: float = 0.04    # image nuisance: per-pixel Gaussian noise (fraction)
+    jitter: int = 2              # image nuisance: position jitter in pixels
+    colour_noise: float = 0.05   # image nuisance: per-object colour perturbation (fraction)
+    pixel_noise: float = 0.02    # image nuisance: per-pixel Gaussian noise (fraction)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:

@@ -42,7 +42,9 @@ def test_adding_a_seed_keeps_the_params_hash_and_a_train_change_moves_it(tmp_pat
     (lambda r: r["world"]["train"].update(lamb=-0.1), ["world.train", "lamb"]),
     (lambda r: r["world"]["train"].update(epochs=0), ["world.train", "epochs"]),
     (lambda r: r["world"]["train"].update(epochs="ten"), ["world.train", "epochs"]),
-    (lambda r: r["world"]["train"].update(max_len=4), ["world.train", "max_len"]),
+    (lambda r: r["world"]["train"].update(max_len=2), ["world.train", "max_len"]),
+    (lambda r: r["world"]["train"].update(views={"global_scale": [0.0, 1.5]}),
+     ["world.train", "global_scale"]),
     (lambda r: r["world"]["train"].update(learning_rate=1.0), ["world.train", "learning_rate"]),
     (lambda r: r.update(seeds=[0, 0]), ["seeds", "distinct"]),
     (lambda r: r.update(arms=["good", "clip"]), ["arms"]),
@@ -57,3 +59,21 @@ def test_bad_parameter_names_file_and_key(tmp_path, edit, needles):
     assert str(path) in message
     for needle in needles:
         assert needle in message
+
+
+def test_views_longer_than_the_captions_allow_stop_the_data_stage(tmp_path, monkeypatch, capsys):
+    """max_len 6 leaves 4 tokens: most world captions would be cut, so `harness data` refuses
+    before the image encoder or any text encoder trains."""
+    from harness.stages import data_cli, world_cli
+
+    def edit(r):
+        r["world"]["data"]["world"].update(n_train=40, n_fit=5, n_test=5)
+        r["world"]["train"]["max_len"] = 6
+
+    path = write(tmp_path, edit)
+    monkeypatch.chdir(tmp_path)
+    assert world_cli(["--params", str(path)]) == 0
+    assert data_cli(["--params", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.json (training captions)" in err and "world.train.max_len" in err
+    assert not (tmp_path / "data" / "world" / "prepared").exists()

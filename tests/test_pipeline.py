@@ -29,9 +29,9 @@ UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
 def tiny_params(raw: dict) -> dict:
     w = raw["world"]
     w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
-    w["data"]["vocab_size"] = 200
+    w["data"]["vocab_size"] = 400
     w["image"].update(epochs=1)
-    w["train"].update(epochs=2, warmup_epochs=1, eval_every=1, batch_size=32,
+    w["train"].update(epochs=2, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48,
                       model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
     w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40])
     w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
