@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -100,18 +101,19 @@ def preflight(params_path: Path) -> Params:
 # --- world and prepare -----------------------------------------------------------------------
 
 def world_cli(argv: list[str]) -> int:
-    """Generate the embedded world data set into data/world/raw."""
+    """First stage: check params.yaml and the profile's inputs (listing every missing file),
+    then generate the embedded world data set into data/world/raw."""
     from prh.world import write_world
 
     args = _parser("world", world_cli.__doc__).parse_args(argv)
-    try:
-        params = load_params(args.params, validate=False)
+    try:  # the pipeline's first stage: every profile's inputs are checked here, once
+        params = preflight(args.params)
         world = params.world_config() if params.profile == "world" else None
-        if world is None:  # the stage still exists under flickr30k: build the world's default
-            from prh.world import WorldConfig
-            world = WorldConfig()
     except ContractError as e:
         return _fail(e)
+    if world is None:  # the stage still exists under flickr30k: build the world's default
+        from prh.world import WorldConfig
+        world = WorldConfig()
     with atomic_dir(raw_dir("world")) as tmp:
         summary = write_world(world, tmp)
     print(f"world: {summary}")
@@ -262,6 +264,9 @@ def train_cli(argv: list[str]) -> int:
             "data_hash": data_hash, "config_hash": cfg_hash,
             "effective_sigreg_weight": eff, **tracking.git_state(),
             **{f"env.{k}": v for k, v in environment_fingerprint().items()}}
+    if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
+        train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
+        return 0
     with tracking.tracked_run(name, flatten(cfg), tags) as run:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
                            eval_hook=make_eval_hook(fit, test),
@@ -464,7 +469,6 @@ def aggregate_cli(argv: list[str]) -> int:
 
 def run_cli(argv: list[str]) -> int:
     """Validate params.yaml and the profile's inputs, then `dvc repro` the whole pipeline."""
-    import os
     import subprocess
 
     parser = _parser("run", run_cli.__doc__)

@@ -38,6 +38,22 @@ def epps_pulley_grid(t_max: float = 3.0, n_points: int = 17) -> tuple[Tensor, Te
     return t, phi, trapezoid * phi
 
 
+class _CosSin(torch.autograd.Function):
+    """(cos x, sin x) with a backward that reuses them: autograd's own CosBackward and
+    SinBackward recompute sin and cos; this gives the same numbers (g_s cos x - g_c sin x)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        cos, sin = x.cos(), x.sin()
+        ctx.save_for_backward(cos, sin)
+        return cos, sin
+
+    @staticmethod
+    def backward(ctx, grad_cos: Tensor, grad_sin: Tensor) -> Tensor:  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        return grad_sin * cos - grad_cos * sin
+
+
 def epps_pulley(projected: Tensor, t: Tensor, phi: Tensor, weights: Tensor) -> Tensor:
     """Per-slice Epps-Pulley statistic of `projected` [N, S] -> [S], in fp32.
 
@@ -51,8 +67,9 @@ def epps_pulley(projected: Tensor, t: Tensor, phi: Tensor, weights: Tensor) -> T
     """
     with torch.autocast(device_type=projected.device.type, enabled=False):
         x_t = projected.float().unsqueeze(-1) * t.float()  # [N, S, P]
-        cos_mean = distributed.all_reduce_mean(x_t.cos().mean(0))  # [S, P]
-        sin_mean = distributed.all_reduce_mean(x_t.sin().mean(0))  # [S, P]
+        cos, sin = _CosSin.apply(x_t)
+        cos_mean = distributed.all_reduce_mean(cos.mean(0))  # [S, P]
+        sin_mean = distributed.all_reduce_mean(sin.mean(0))  # [S, P]
         err = (cos_mean - phi.float()).square() + sin_mean.square()
         return (err @ weights.float()) * projected.size(0) * distributed.world_size()
 
@@ -67,7 +84,9 @@ class SIGReg(nn.Module):
     by a max-reduce before use, and is incremented on every call. The rerun article ("The
     loss brings view vectors together"): 1,024 random unit directions redrawn every step,
     17 points of the characteristic function. CPU and CUDA generators draw different
-    directions for the same seed (method-anchors.md 1.2).
+    directions for the same seed (method-anchors.md 1.2). The counter stays on the CPU when
+    the module moves to a GPU, so reading it is no device sync (one process; under DDP the
+    max-reduce runs on the device).
     """
 
     def __init__(self, n_slices: int = 1024, t_max: float = 3.0, n_points: int = 17) -> None:
@@ -81,6 +100,12 @@ class SIGReg(nn.Module):
         self.register_buffer("weights", weights)
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
 
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        step = self.step
+        super()._apply(fn, recurse)
+        self.step = step  # the counter stays a host tensor (see the class docstring)
+        return self
+
     def directions(self, dim: int, step: int, device: torch.device) -> Tensor:
         """The [dim, n_slices] unit-column fp32 directions drawn for `step`."""
         g = torch.Generator(device=device).manual_seed(step)
@@ -92,7 +117,8 @@ class SIGReg(nn.Module):
         if x.ndim != 2:
             raise ValueError(f"SIGReg expects [N, K] embeddings, got shape {tuple(x.shape)}")
         with torch.no_grad():
-            step = int(distributed.max_over_ranks(self.step.to(x.device)).item())
+            step = (int(distributed.max_over_ranks(self.step.to(x.device)).item())
+                    if distributed.world_size() > 1 else int(self.step))
             a = self.directions(x.size(-1), step, x.device)
             self.step.fill_(step + 1)
         with torch.autocast(device_type=x.device.type, enabled=False):

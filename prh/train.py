@@ -35,12 +35,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from prh import distributed
-from prh.data import Photo, pick
+from prh.batches import CaptionBank, Group, jepa_groups, ntp_groups
+from prh.data import Photo
 from prh.io import ContractError, atomic_path, write_json
 from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
 from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
-from prh.views import ViewConfig, check_fits, collate_ntp, collate_views, make_views
+from prh.views import ViewConfig, check_fits, collate_ntp
 
 ARMS: tuple[str, ...] = ("good", "bad", "ntp")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -250,9 +251,6 @@ def trim(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return tokens[..., :length], mask[..., :length]
 
 
-Group = tuple[Tensor, Tensor]  # (tokens, mask), both [rows, L] long
-
-
 def jepa_batch(photos: Sequence[Photo], cfg: TrainConfig, views: ViewConfig,
                tokenizer: Tokenizer, ids: dict[str, list[int]], rng: np.random.Generator,
                split: bool = True) -> list[Group]:
@@ -262,24 +260,22 @@ def jepa_batch(photos: Sequence[Photo], cfg: TrainConfig, views: ViewConfig,
     (method-anchors.md §1.4); `split=False` gives one group [V*B, L]. Padding is masked, so
     both give the same loss up to float rounding.
 
-    good: `pick` returns all of a photo's captions and each view draws its own; bad: `pick`
-    returns one caption and every view is cut from it (the rerun article, 'The line that
-    separates good from bad').
+    good: every view draws its own caption of the photo (with replacement); bad: one caption
+    is drawn per photo and every view is cut from it (the rerun article, 'The line that
+    separates good from bad'). The training loop calls `prh.batches.jepa_groups` on a
+    `CaptionBank` built once per run; this builds a bank for `photos` and does the same.
     """
-    samples = [make_views([ids[c] for c in pick(p, cfg.arm == "good", rng)], views, rng)
-               for p in photos]
-    tokens, mask = collate_views(samples, views, tokenizer)  # [V, B, max_len]
-    cuts = [(0, views.n_global), (views.n_global, views.n_views)] if split else [
-        (0, views.n_views)]
-    return [trim(tokens[a:b].flatten(0, 1), mask[a:b].flatten(0, 1)) for a, b in cuts if b > a]
+    bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)
+    return jepa_groups(bank, np.arange(len(photos)), cfg.arm == "good", views, tokenizer, rng,
+                       split)
 
 
 def ntp_batch(photos: Sequence[Photo], cfg: TrainConfig, tokenizer: Tokenizer,
               ids: dict[str, list[int]], rng: np.random.Generator) -> list[Group]:
     """One whole caption per photo, drawn at random: [B, L] (the rerun article: the NTP arm
     'has no views at all, and reads a whole caption')."""
-    captions = [ids[pick(p, False, rng)[0]] for p in photos]
-    return [trim(*collate_ntp(captions, cfg.max_len, tokenizer))]
+    bank = CaptionBank.build(photos, ids, view_config(cfg, tokenizer), tokenizer.pad_id)
+    return ntp_groups(bank, np.arange(len(photos)), cfg.max_len, tokenizer, rng)
 
 
 class _Net(nn.Module):
@@ -521,6 +517,8 @@ def train_text_encoder(
         ids = tokenize_captions(photos, tokenizer)
         check_fits(views := view_config(cfg, tokenizer), [len(ids[c]) for c in ids],
                    where=f"train.max_len={cfg.max_len}: training captions (sorted)")
+        bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)  # token matrix, once
+        tokenizer_files = _tokenizer_files(tokenizer)
         net, sigreg, optimizer = build_modules(cfg, enc_cfg, ctx.device)
         # Global and local views in separate passes saves padding FLOPs (CPU); on an H200 one
         # padded pass is faster (bench/gpu_train.py: 163 vs 179 ms per BERT-S step).
@@ -548,9 +546,11 @@ def train_text_encoder(
             sums: dict[str, Tensor] = {}
             for i in range(0, len(shard), cfg.batch_size):
                 lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
-                batch = [photos[j] for j in shard[i: i + cfg.batch_size]]
-                groups = (ntp_batch(batch, cfg, tokenizer, ids, rng) if cfg.arm == "ntp" else
-                          jepa_batch(batch, cfg, views, tokenizer, ids, rng, split=split))
+                rows = shard[i: i + cfg.batch_size]
+                groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng)
+                          if cfg.arm == "ntp" else
+                          jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
+                                      split=split))
                 terms = train_step(model, net, sigreg, optimizer, groups, cfg, tokenizer.pad_id,
                                    ctx.device, lr)
                 step += 1
@@ -572,7 +572,7 @@ def train_text_encoder(
                     "net": net.state_dict(), "sigreg": sigreg.state_dict(),
                     "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step,
                     "curve": curve, "rng": _rng_states(),
-                    "tokenizer_files": _tokenizer_files(tokenizer)})
+                    "tokenizer_files": tokenizer_files})
                 write_json(out_dir / "curve.json", curve)
                 if on_epoch is not None:
                     with _rng_untouched():

@@ -97,9 +97,72 @@ def check_fits(cfg: ViewConfig, lengths: Sequence[int], where: str,
                         f"longest {int(arr.max())}); raise train.max_len")
 
 
+def caption_matrix(captions_token_ids: Sequence[Sequence[int]], cfg: ViewConfig,
+                   pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Captions as one int64 matrix [C, T] (each cut to cfg.max_tokens, right-padded with
+    `pad_id`; T = the longest cut caption) and their cut lengths [C]."""
+    cut = [list(c[:cfg.max_tokens]) for c in captions_token_ids]
+    lengths = np.fromiter((len(c) for c in cut), dtype=np.int64, count=len(cut))
+    if lengths.size == 0 or lengths.min() < 1:
+        raise ValueError("cannot cut a view from an empty caption")
+    tokens = np.full((len(cut), int(lengths.max())), pad_id, dtype=np.int64)
+    for i, c in enumerate(cut):
+        tokens[i, :len(c)] = c
+    return tokens, lengths
+
+
+def choose_captions(first: np.ndarray, count: np.ndarray, n_views: int, good_views: bool,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Caption rows [n_views, B] the views of B samples are cut from; sample b owns rows
+    first[b] .. first[b] + count[b] - 1. Good views: every view draws its own caption uniformly
+    with replacement; bad views: one caption is drawn per sample and every view reads it
+    (prh.data.pick then make_views, drawn for a whole batch at once)."""
+    first = np.asarray(first, dtype=np.int64)
+    count = np.asarray(count, dtype=np.int64)
+    if good_views:
+        return first + rng.integers(0, count, size=(n_views, first.size))
+    return np.broadcast_to(first + rng.integers(0, count), (n_views, first.size)).copy()
+
+
+def draw_views(tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray, cfg: ViewConfig,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Crop and mask the views of a whole batch at once.
+
+    tokens [C, T], lengths [C] from `caption_matrix`; rows [V, B] caption row of each view
+    (V = cfg.n_views, global views first). Each view keeps a contiguous span of
+    clamp(round(s n), 1, n) tokens, s ~ U(scale), starting uniformly at 0 .. n - span, then
+    round(mask_ratio * span) distinct positions drawn uniformly among the span are set to
+    cfg.mask_id. Returns the view tokens [V, B, T] (positions past a view's length hold
+    whatever follows it in the caption matrix; `pack_views` pads them) and lengths [V, B].
+    """
+    n_views, batch = rows.shape
+    if n_views != cfg.n_views:
+        raise ValueError(f"rows has {n_views} views, the config {cfg.n_views}")
+    width = tokens.shape[1]
+    n = lengths[rows]  # [V, B]
+    lo = np.array([cfg.global_scale[0]] * cfg.n_global + [cfg.local_scale[0]] * cfg.n_local)
+    hi = np.array([cfg.global_scale[1]] * cfg.n_global + [cfg.local_scale[1]] * cfg.n_local)
+    share = rng.uniform(lo[:, None], hi[:, None], size=(n_views, batch))
+    span = np.clip(np.rint(share * n), 1, n).astype(np.int64)
+    start = rng.integers(0, n - span + 1)
+    pos = np.arange(width)
+    src = np.minimum(start[..., None] + pos, width - 1)
+    view = tokens[rows[..., None], src]  # [V, B, T]
+    # A uniform subset of k positions of the span: the k smallest of iid uniform keys.
+    keys = rng.random((n_views, batch, width))
+    keys[pos >= span[..., None]] = 2.0  # past the span: never among the k smallest
+    order = np.argsort(keys, axis=-1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.broadcast_to(pos, order.shape), axis=-1)
+    k = np.rint(cfg.mask_ratio * span).astype(np.int64)
+    view[ranks < k[..., None]] = cfg.mask_id
+    return view, span
+
+
 def crop_and_mask(tokens: Sequence[int], scale: tuple[float, float], cfg: ViewConfig,
                   rng: np.random.Generator) -> list[int]:
-    """One view: a random contiguous span keeping a U(scale) share, then masking."""
+    """One view: a random contiguous span keeping a U(scale) share, then masking (the
+    one-view form of `draw_views`, kept as the readable reference)."""
     tokens = list(tokens[:cfg.max_tokens])
     n = len(tokens)
     if n == 0:
@@ -118,15 +181,32 @@ def make_views(captions_token_ids: list[list[int]], cfg: ViewConfig,
 
     Each view draws its caption uniformly with replacement from `captions_token_ids` (all of
     a photo's captions for good views, one caption for bad views), then is cropped and masked.
+    The same code as the training batches (`choose_captions`, `draw_views`) for one sample.
     """
     if not captions_token_ids:
         raise ValueError("make_views needs at least one caption")
-    scales = [cfg.global_scale] * cfg.n_global + [cfg.local_scale] * cfg.n_local
-    views = []
-    for scale in scales:
-        caption = captions_token_ids[int(rng.integers(len(captions_token_ids)))]
-        views.append(crop_and_mask(caption, scale, cfg, rng))
-    return views
+    tokens, lengths = caption_matrix(captions_token_ids, cfg)
+    rows = choose_captions(np.zeros(1, np.int64), np.array([len(tokens)]), cfg.n_views, True,
+                           rng)
+    view, span = draw_views(tokens, lengths, rows, cfg, rng)
+    return [view[v, 0, :span[v, 0]].tolist() for v in range(cfg.n_views)]
+
+
+def pack_views(view: np.ndarray, span: np.ndarray, max_len: int,
+               specials: SpecialIds) -> tuple[np.ndarray, np.ndarray]:
+    """[CLS] view [SEP] padded: ids and attention (int64) [..., L], L = the longest view + 2
+    (at most max_len; views are already cut to max_len - 2 tokens)."""
+    width = int(span.max()) + 2 if span.size else 2
+    if width > max_len:
+        raise ValueError(f"a view of {width - 2} tokens does not fit max_len={max_len}")
+    pos = np.arange(width)
+    ids = np.full((*span.shape, width), specials.pad_id, dtype=np.int64)
+    body = min(width - 2, view.shape[-1])
+    inside = pos[1:1 + body] <= span[..., None]
+    ids[..., 1:1 + body] = np.where(inside, view[..., :body], specials.pad_id)
+    ids[..., 0] = specials.cls_id
+    np.put_along_axis(ids, (span + 1)[..., None], specials.sep_id, axis=-1)
+    return ids, (pos < (span + 2)[..., None]).astype(np.int64)
 
 
 def _pack(token_lists: Sequence[Sequence[int]], max_len: int,

@@ -79,9 +79,10 @@ class WorldConfig:
     n_voices: int = 8            # caption voices (the text nuisance); each owns 3 filler words
     style_strength: int = 3      # filler words per caption: 0 = no voice nuisance
     image_size: int = 32         # pixels
-    jitter: int = 2              # image nuisance: position jitter in pixels
-    colour_noise: float = 0.05   # image nuisance: per-object colour perturbation (fraction)
-    pixel_noise: float = 0.02    # image nuisance: per-pixel Gaussian noise (fraction)
+    jitter: int = 1              # image nuisance: position jitter in pixels
+    colour_noise: float = 0.02   # image nuisance: per-object colour perturbation (fraction)
+    pixel_noise: float = 0.01    # image nuisance: per-pixel Gaussian noise (fraction)
+    background: float = 0.0      # image nuisance: background shade spread (0 = plain grey)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:
@@ -108,7 +109,7 @@ class WorldConfig:
                 raise ValueError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
         if self.image_size < 16:
             raise ValueError(f"{where}.image_size: must be >= 16 pixels, got {self.image_size}")
-        for key in ("style_strength", "jitter", "colour_noise", "pixel_noise"):
+        for key in ("style_strength", "jitter", "colour_noise", "pixel_noise", "background"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")
 
@@ -175,7 +176,8 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: 
 def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator) -> Image.Image:
     """Object A (count copies) and object B placed by the relation, plus image nuisance."""
     size = cfg.image_size
-    bg = tuple(int(v) for v in int(rng.integers(90, 166)) + rng.integers(-12, 13, size=3))
+    shade = int(rng.integers(-38, 39)) + rng.integers(-12, 13, size=3)
+    bg = tuple(int(128 + cfg.background * v) for v in shade)
     img = Image.new("RGB", (size, size), bg)
     draw = ImageDraw.Draw(img)
 

@@ -191,3 +191,28 @@ def test_effective_weight_is_the_gradient_scale_of_the_statistic():
         sig = SIGReg(8)(torch.zeros(v * b, 3)).item()
         ratio = 0.02 * sig / effective_sigreg_weight(0.02, b, v, 1)
         assert ratio == pytest.approx(COLLAPSE_PER_SAMPLE, abs=1e-4)
+
+
+def test_cos_sin_backward_matches_autograd_exactly():
+    from prh.losses import _CosSin
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 5, 3, generator=g, requires_grad=True)
+    wc, ws = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    cos, sin = _CosSin.apply(x)
+    ((cos.mean(0) * wc).sum() + (sin.mean(0) * ws).square().sum()).backward()
+    fused = x.grad.clone()
+    x.grad = None
+    ((x.cos().mean(0) * wc).sum() + (x.sin().mean(0) * ws).square().sum()).backward()
+    assert torch.equal(cos, x.cos()) and torch.equal(sin, x.sin())
+    assert torch.equal(fused, x.grad)
+
+
+def test_step_counter_stays_on_the_host():
+    sig = SIGReg(n_slices=8).to(torch.float64)
+    assert sig.step.device.type == "cpu" and sig.step.dtype == torch.long
+    assert sig.t.dtype == torch.float64          # the other buffers do move
+    if torch.cuda.is_available():
+        sig = sig.cuda()
+        sig(torch.randn(16, 4, device="cuda"))
+        assert sig.step.device.type == "cpu" and sig.step.item() == 1

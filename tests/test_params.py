@@ -77,3 +77,18 @@ def test_views_longer_than_the_captions_allow_stop_the_data_stage(tmp_path, monk
     err = capsys.readouterr().err
     assert "dataset.json (training captions)" in err and "world.train.max_len" in err
     assert not (tmp_path / "data" / "world" / "prepared").exists()
+
+
+def test_flickr30k_without_data_stops_at_the_first_stage_listing_every_missing_path(
+        tmp_path, monkeypatch, capsys):
+    from harness.stages import world_cli
+
+    path = write(tmp_path, lambda r: r.update(profile="flickr30k"))
+    monkeypatch.chdir(tmp_path)
+    assert world_cli(["--params", str(path)]) == 2
+    err = capsys.readouterr().err
+    for missing in ("data/flickr30k/raw/dataset.json", "data/flickr30k/raw/images",
+                    "data/flickr30k/raw/weights/dinov2_vitb14.pth"):
+        assert missing in err
+    assert "dvc add data/flickr30k/raw" in err
+    assert not (tmp_path / "data").exists()

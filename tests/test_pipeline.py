@@ -105,3 +105,25 @@ def test_training_param_change_reruns_only_dependent_stages(pipeline):
     ran = ran_stages(second.stdout)
     assert not ran & UPSTREAM
     assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran
+
+
+def test_diff_two_seeds_of_one_arm_on_real_outputs(pipeline):
+    out = sh(pipeline, "harness", "diff", "runs/align:good@0", "runs/align:good@1",
+             "--format", "json", "--n-resamples", "200")
+    result = json.loads(out.stdout)
+    text = json.dumps(result)
+    assert "r_at_1" in text and "mknn10" in text
+    gate = sh(pipeline, "harness", "diff", "runs/align:good@0", "runs/align:good@0",
+              "--fail-if", "r_at_1<-0.5", "--n-resamples", "200")
+    assert gate.returncode == 0
+
+
+def test_diff_between_two_commits_on_real_outputs(pipeline):
+    """After the lr change (previous test), the committed results differ from the workspace."""
+    out = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--format", "json",
+             "--n-resamples", "200")
+    result = json.loads(out.stdout)
+    assert "lr" in json.dumps(result.get("params", result))
+    failing = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--fail-if",
+                 "r_at_1>-2", "--n-resamples", "200", check=False)
+    assert failing.returncode == 1

@@ -282,3 +282,30 @@ def test_two_rank_gloo_run_keeps_replicas_identical(tmp_path: Path) -> None:
     assert not (tmp_path / "rank1").exists()  # only rank 0 writes
     curve = json.loads((tmp_path / "rank0" / "curve.json").read_text())
     assert [r["epoch"] for r in curve] == [1, 2] and all(math.isfinite(r["loss"]) for r in curve)
+
+
+def test_training_loop_batches_equal_jepa_batch(corpus) -> None:
+    """The loop draws batches from one caption bank of all photos; `jepa_batch` (a bank of
+    the batch's photos) gives the same groups for the same generator."""
+    from prh.batches import CaptionBank, jepa_groups, ntp_groups
+    from prh.train import ntp_batch
+
+    photos, tok = corpus
+    for arm in ("good", "bad", "ntp"):
+        cfg = tiny_cfg(arm=arm)
+        ids, views = tokenize_captions(photos, tok), view_config(cfg, tok)
+        bank = CaptionBank.build(photos, ids, views, tok.pad_id)
+        rows = np.array([5, 2, 11, 7])
+        batch = [photos[i] for i in rows]
+        rng_a, rng_b = np.random.default_rng(4), np.random.default_rng(4)
+        if arm == "ntp":
+            a = ntp_batch(batch, cfg, tok, ids, rng_a)
+            b = ntp_groups(bank, rows, cfg.max_len, tok, rng_b)
+        else:
+            a = jepa_batch(batch, cfg, views, tok, ids, rng_a)
+            b = jepa_groups(bank, rows, arm == "good", views, tok, rng_b)
+        assert len(a) == len(b)
+        for (ta, ma), (tb, mb) in zip(a, b, strict=True):
+            assert torch.equal(ta, tb) and torch.equal(ma, mb)
+            assert ta.dtype == ma.dtype == torch.long
+            assert torch.equal(ma.bool(), ta != tok.pad_id)
