@@ -317,7 +317,9 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
                 "ci_method": gap.get("ci_method"), "n": gap.get("n"),
                 "n_resamples": gap.get("n_resamples"), "profile": ctx.profile,
                 "claim_dataset": claim.setup.get("dataset")}
-    where = f"{a} - {b} on {metric} = {gap['diff']:+.4f}, 95% [{lo:+.4f}, {hi:+.4f}]"
+    where = (f"{a} - {b} on {metric} = {gap['diff']:+.4f}, 95% [{lo:+.4f}, {hi:+.4f}] on the "
+             f"{ctx.profile} profile (n={gap.get('n')} test pairs; the claim is on "
+             f"{claim.setup.get('dataset')}: the order is checked, not the value)")
     if lo > 0:
         return Verdict("reproduced", f"{where} excludes 0 in the claimed direction", evidence)
     if hi < 0:
