@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from prh.config import dataclass_from_dict
 from prh.io import ContractError
 
 PROFILES = ("world", "flickr30k")
@@ -38,6 +39,12 @@ class EvalConfig:
     bootstrap_seed: int = 0
     fit_sizes: tuple[int, ...] = ()
 
+    def validate(self) -> None:
+        if self.k < 1 or self.n_resamples < 1 or not 0 < self.ci_level < 1:
+            raise ValueError("k and n_resamples must be >= 1 and ci_level in (0, 1)")
+        if any(n < 2 for n in self.fit_sizes):
+            raise ValueError(f"fit_sizes must be >= 2 pairs each, got {self.fit_sizes}")
+
 
 @dataclass(frozen=True)
 class TheoryConfig:
@@ -49,6 +56,12 @@ class TheoryConfig:
     n_points: int = 800
     bound_worlds: int = 300
     seed: int = 0
+
+    def validate(self) -> None:
+        sizes = (self.n_worlds, self.n_states, self.k, self.n_points, self.bound_worlds)
+        if min(sizes) < 1 or self.k >= self.n_states:
+            raise ValueError("n_worlds, n_states, k, n_points, bound_worlds must be >= 1 and "
+                             f"k < n_states, got {sizes}")
 
 
 @dataclass(frozen=True)
@@ -92,32 +105,21 @@ class Params:
         return _build(WorldConfig, section, self.path, f"{self.profile}.data.world")
 
     def eval_config(self) -> EvalConfig:
-        section = dict(self.sections["eval"])
-        section["fit_sizes"] = tuple(section.get("fit_sizes", ()))
-        return _build(EvalConfig, section, self.path, f"{self.profile}.eval")
+        return _build(EvalConfig, self.sections["eval"], self.path, f"{self.profile}.eval")
 
     def theory_config(self) -> TheoryConfig:
         return _build(TheoryConfig, self.sections["theory"], self.path, f"{self.profile}.theory")
 
 
 def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
-    """cls.from_dict(section) when it has one, else a strict keyword build; errors name the key."""
+    """cls.from_dict(section) when it has one, else the strict shared loader; errors name the
+    file and the key."""
     try:
         if hasattr(cls, "from_dict"):
             return cls.from_dict(section)
-        names = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(section) - set(names))
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown}; valid keys: {sorted(names)}")
-        for key, value in section.items():
-            default = getattr(cls, key, None)
-            if isinstance(default, bool) != isinstance(value, bool) or (
-                    isinstance(default, int | float) and not isinstance(value, int | float)):
-                raise ValueError(f"{key}: expected {type(default).__name__}, got {value!r}")
-            if isinstance(default, int) and not isinstance(default, bool) and value <= 0 \
-                    and key != "seed" and key != "bootstrap_seed":
-                raise ValueError(f"{key}: must be > 0, got {value!r}")
-        return cls(**section)
+        cfg = dataclass_from_dict(cls, section, where)
+        cfg.validate()
+        return cfg
     except (ValueError, TypeError) as e:
         raise ParamsError(f"{path}: {where}: {e}; fix the value in {path.name}") from e
 

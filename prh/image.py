@@ -31,6 +31,7 @@ from PIL import Image
 from torch import nn
 
 from prh import io
+from prh.config import dataclass_from_dict
 
 CHECKPOINT_FORMAT = "prh.image/1"
 DINOV2_TIMM_NAME = "vit_base_patch14_dinov2.lvd142m"
@@ -79,13 +80,10 @@ class ImageConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "image config") -> ImageConfig:
         """Build from a mapping (e.g. YAML); unknown keys and wrong types raise, naming the key."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - set(fields))
-        if unknown:
-            raise ImageError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(fields)}")
-        defaults = cls()
-        kwargs = {k: _coerce(k, v, getattr(defaults, k), where) for k, v in d.items()}
-        cfg = cls(**kwargs)
+        try:
+            cfg = dataclass_from_dict(cls, d, where)
+        except (ValueError, TypeError) as e:
+            raise ImageError(str(e)) from e
         cfg.validate(where)
         return cfg
 
@@ -120,27 +118,6 @@ class ImageConfig:
             lo, hi = getattr(self, key)
             need(len(getattr(self, key)) == 2 and 0 < lo <= hi <= 1, key,
                  "must be (lo, hi) with 0 < lo <= hi <= 1 (fractions of the image area)")
-
-
-def _coerce(key: str, value: Any, default: Any, where: str) -> Any:
-    """Check `value` against the type of the field's default; lists become tuples."""
-    if isinstance(default, tuple):
-        if not isinstance(value, list | tuple) or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) for x in value):
-            raise ImageError(f"{where}: `{key}` must be a list of numbers, got {value!r}")
-        return tuple(float(x) for x in value)
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise ImageError(f"{where}: `{key}` must be {type(default).__name__}, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------------------- preprocessing

@@ -14,7 +14,6 @@ uninterrupted run (on CPU; CUDA kernels are not bitwise deterministic).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import json
@@ -23,7 +22,6 @@ import os
 import random
 import sys
 import tempfile
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -36,6 +34,7 @@ from torch import Tensor, nn
 
 from prh import distributed
 from prh.batches import CaptionBank, Group, jepa_groups, ntp_groups
+from prh.config import dataclass_from_dict
 from prh.data import Photo
 from prh.io import ContractError, atomic_path, write_json
 from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
@@ -46,7 +45,7 @@ from prh.views import ViewConfig, check_fits, collate_ntp
 ARMS: tuple[str, ...] = ("good", "bad", "ntp")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 CHECKPOINT_FORMAT = "prh.checkpoint/1"
-VIEW_KEYS = ("n_global", "n_local", "global_scale", "local_scale", "mask_ratio")  # settable
+VIEW_KEYS = ViewConfig.SETTABLE  # the view keys params.yaml may set
 WARMUP_START = 0.01  # warmup starts at lr/100 (stable-pretraining ImageNet-10 benchmark, §1.4)
 FINAL_LR_RATIO = 1e-3  # cosine ends at lr/1000 (lejepa README, method-anchors.md §1.3)
 
@@ -112,7 +111,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         """Build from a plain dict (params.yaml), rejecting unknown keys and wrong types."""
-        cfg = _dataclass_from_dict(cls, d, "train")
+        cfg = dataclass_from_dict(cls, d, "train")
         cfg.validate()
         return cfg
 
@@ -162,51 +161,6 @@ def _get(obj: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def _dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
-    """Strict conversion: unknown keys and wrong types raise, naming `where.key`."""
-    if not isinstance(d, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = set(VIEW_KEYS) if cls is ViewConfig else {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys: {sorted(names)}")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in d.items()}
-    try:
-        return cls(**kwargs)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """Check `value` against a field's type hint; ints are accepted where floats are."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        return _dataclass_from_dict(hint, value, where)
-    if origin is Literal:
-        if value not in typing.get_args(hint):
-            raise ValueError(f"{where}={value!r}: use one of {list(typing.get_args(hint))}")
-        return value
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(value, list | tuple) or len(value) != len(args):
-            raise ValueError(f"{where}={value!r}: expected a list of {len(args)} numbers")
-        return tuple(_coerce(v, a, f"{where}[{i}]")
-                     for i, (v, a) in enumerate(zip(value, args, strict=True)))
-    ok = {
-        bool: isinstance(value, bool),
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, int | float) and not isinstance(value, bool),
-        str: isinstance(value, str),
-    }.get(hint)
-    if ok is None:
-        raise TypeError(f"{where}: unsupported field type {hint!r}")
-    if not ok:
-        raise ValueError(f"{where}={value!r} has type {type(value).__name__}; "
-                         f"expected {hint.__name__}")
-    return float(value) if hint is float else value
 
 
 def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float) -> float:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ class ViewConfig:
     good from bad"); `max_len` counts [CLS] and [SEP]; `mask_id` is the tokenizer's [MASK] id
     (prh.tokenizer puts it at 4)."""
 
+    # keys a user sets in params.yaml (max_len and mask_id come from the run and tokenizer)
+    SETTABLE: ClassVar[tuple[str, ...]] = ("n_global", "n_local", "global_scale",
+                                           "local_scale", "mask_ratio")
     n_global: int = 2
     n_local: int = 6
     global_scale: tuple[float, float] = (0.5, 1.0)

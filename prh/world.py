@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from prh.config import dataclass_from_dict
 from prh.io import atomic_dir
 
 OBJECTS = [("dog", "puppy", "hound"), ("cat", "kitten", "feline"), ("ball", "sphere", "orb"),
@@ -86,15 +87,8 @@ class WorldConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for key, value in d.items():
-            if key not in fields:
-                raise ValueError(f"{where}: unknown key {key!r}; valid keys: {sorted(fields)}")
-            want = float if fields[key].type == "float" else int
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                    want is int and not isinstance(value, int)):
-                raise ValueError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
-        cfg = cls(**d)
+        """Strict build from a mapping (unknown keys and wrong types raise), then validate."""
+        cfg = dataclass_from_dict(cls, d, where)
         cfg.validate(where)
         return cfg
 

@@ -1,0 +1,63 @@
+"""One strict loader from plain mappings (params.yaml sections) to config dataclasses.
+
+Unknown keys and wrong types raise ValueError naming `where.key` (nanoGPT's configurator checks,
+without `exec`: ../shared/research/style-anchors.md §1). Supported field types: bool, int, float
+(ints accepted), str, Literal[...], fixed tuples, `tuple[X, ...]`, and nested dataclasses. A
+dataclass may list the keys a user may set in `SETTABLE` (others are derived).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+
+def dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
+    """Build `cls` from `d` strictly; nested dataclass fields take nested mappings."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = set(getattr(cls, "SETTABLE", ()) or (f.name for f in dataclasses.fields(cls)))
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys: {sorted(names)}")
+    kwargs = {k: coerce(v, hints[k], f"{where}.{k}") for k, v in d.items()}
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check `value` against a field's type hint; lists become tuples, ints become floats."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return dataclass_from_dict(hint, value, where)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ValueError(f"{where}={value!r}: use one of {list(typing.get_args(hint))}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{where}={value!r}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        if len(value) != len(args):
+            raise ValueError(f"{where}={value!r}: expected a list of {len(args)} values")
+        return tuple(coerce(v, a, f"{where}[{i}]")
+                     for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(hint)
+    if ok is None:
+        raise TypeError(f"{where}: unsupported field type {hint!r}")
+    if not ok:
+        raise ValueError(f"{where}={value!r} has type {type(value).__name__}; "
+                         f"expected {hint.__name__}")
+    return float(value) if hint is float else value
