@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from prh.io import ContractError
+from prh.io import ContractError, read_yaml
 
 REGISTRY = Path(__file__).with_name("claims.yaml")
 ARTICLES = {"rerun_article": "000_03f36f523aa97921.txt",
@@ -325,14 +323,11 @@ def _suggest(name: str, known: Mapping[str, Any]) -> str:
 
 def load_claims(path: str | Path = REGISTRY) -> dict[str, Claim]:
     """Read and validate the registry file (strict: unknown fields, kinds and ids raise)."""
-    p = Path(path)
-    if not p.exists():
-        raise ClaimsError(f"{p}: registry not found; pass --claims harness/claims.yaml")
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ClaimsError(f"{p}: not valid YAML ({e}); fix the file") from e
-    return parse_registry(doc, str(p))
+        doc = read_yaml(path, "registry not found: pass --claims harness/claims.yaml")
+    except ContractError as e:
+        raise ClaimsError(str(e)) from e
+    return parse_registry(doc, str(path))
 
 
 def get_claim(claims: Mapping[str, Claim], cid: str) -> Claim:

@@ -15,10 +15,8 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from prh.config import dataclass_from_dict
-from prh.io import ContractError
+from prh.io import ContractError, read_yaml
 
 PROFILES = ("world", "flickr30k")
 ARMS = ("good", "bad", "ntp")
@@ -127,12 +125,10 @@ def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
 def load_params(path: str | Path = "params.yaml", *, validate: bool = True) -> Params:
     """Read params.yaml, select the profile, and (by default) build every config once."""
     path = Path(path)
-    if not path.exists():
-        raise ParamsError(f"{path}: not found; run from the repository root or pass --params")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({e}); fix the syntax") from e
+        raw = read_yaml(path, "run from the repository root or pass --params")
+    except ContractError as e:
+        raise ParamsError(str(e)) from e
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     profile = raw.get("profile")

@@ -89,6 +89,19 @@ def read_json(path: str | os.PathLike[str]) -> Any:
                             "rerun the stage that writes it") from e
 
 
+def read_yaml(path: str | os.PathLike[str], missing_fix: str) -> Any:
+    """Parse a YAML file; a missing file or bad syntax raises ContractError naming the file."""
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise ContractError(f"{p}: not found; {missing_fix}")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ContractError(f"{p}: not valid YAML ({e}); fix the syntax") from e
+
+
 def save_embeddings(path: str | os.PathLike[str], ids: Sequence[str], emb: np.ndarray,
                     meta: dict[str, Any] | None = None) -> None:
     """Write `ids` and `emb` (n x d float32) atomically; `meta` is stored as JSON text."""
