@@ -218,16 +218,14 @@ def provenance(params: Params) -> list[dict[str, Any]]:
                 "train": params.train_config(params.arms[0], params.seeds[0])}
     rows = []
     for key, value in sorted(flatten(resolved).items()):
-        if key in ("train.arm", "train.seed"):
-            continue
+        if key in ("train.arm", "train.seed", "train.views.max_len", "train.views.mask_id"):
+            continue  # set per run, or derived from train.max_len and the tokenizer
         source, citation = OTHER_SOURCES.get(key, ("assumed", "chosen by us"))
         if key.startswith("train."):
             sub = key.removeprefix("train.")
             citation = DEFAULT_SOURCES.get(sub.split(".")[0], "assumed: chosen by us")
             source = ("assumed" if citation.startswith("assumed") else
                       "rerun_article" if "rerun article" in citation else "upstream default")
-            if sub in ("views.max_len", "views.mask_id"):
-                source, citation = "derived", "from train.max_len and the tokenizer"
             if params.profile == "world" and defaults.get(sub) != value:
                 source, citation = "assumed", f"{SCALED_DOWN}; paper-scale default " \
                                               f"{defaults.get(sub)!r}: {citation}"
