@@ -531,6 +531,8 @@ def train_text_encoder(
                 if on_epoch is not None:
                     with _rng_untouched():
                         on_epoch(epoch, dict(metrics))
+        if ctx.owns_group:
+            dist.barrier()  # every rank done before the group (and its store) is torn down
         return dict(curve[-1])
     finally:
         if ctx.owns_group:

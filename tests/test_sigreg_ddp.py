@@ -48,6 +48,7 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
                     "world": distributed.world_size(), "rank": distributed.rank()},
                    f"{out_dir}/rank{rank}.pt")
     finally:
+        dist.barrier()  # no rank tears the file store down while the other still uses it
         dist.destroy_process_group()
 
 
