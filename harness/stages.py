@@ -259,11 +259,12 @@ def train_cli(argv: list[str]) -> int:
     fit, test = corpus.split("val"), corpus.split("test")
     eff = effective_sigreg_weight(cfg.lamb, cfg.batch_size, cfg.views.n_global + cfg.views.n_local,
                                   1) if args.arm != "ntp" else None
+    env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
             "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,
             "data_hash": data_hash, "config_hash": cfg_hash,
             "effective_sigreg_weight": eff, **tracking.git_state(),
-            **{f"env.{k}": v for k, v in environment_fingerprint().items()}}
+            **{f"env.{k}": v for k, v in env.items()}}
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
         return 0
@@ -286,7 +287,7 @@ def train_cli(argv: list[str]) -> int:
                                           "data_hash": data_hash,
                                           "config_hash": cfg_hash,
                                           "effective_sigreg_weight": eff,
-                                          "environment": environment_fingerprint(),
+                                          "environment": env,
                                           **tracking.git_state()})
     shutil.rmtree(work, ignore_errors=True)
     print(f"train: {name} done (MLflow run {run.info.run_id})")
