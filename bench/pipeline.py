@@ -24,7 +24,7 @@ COPY = ["prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/
         ".dvc/.gitignore", ".gitignore"]
 
 
-def stage_order(repo: Path, env: dict[str, str]) -> list[str]:
+def stage_order(repo: Path) -> list[str]:
     """Stage names in pipeline order, matrix stages expanded (from params.yaml)."""
     params = yaml.safe_load((repo / "params.yaml").read_text())
     runs = [f"{a}-{s}" for a in params["arms"] for s in params["seeds"]]
@@ -49,7 +49,7 @@ def main() -> int:
         subprocess.run(cmd, cwd=repo, env=env, check=True)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    for stage in stage_order(repo, env):
+    for stage in stage_order(repo):
         t0 = time.perf_counter()
         out = subprocess.run(["dvc", "repro", "--single-item", stage], cwd=repo, env=env,
                              capture_output=True, text=True)
