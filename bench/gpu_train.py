@@ -4,11 +4,19 @@ Default: BERT-S, good views (2 global + 6 local), 256 photos per step, bf16 auto
 as the paper's Flickr30k arm. Prints the step time, tokens/s, the share of the GPU's dense bf16
 peak (FLOPs estimated as 6 x parameters x tokens) and the projected time of a 200-epoch
 Flickr30k arm (29,000 training photos; the rerun article, 000_03f36f523aa97921.txt, "Can a Text
-Model Match Photos..."). The host-side view building is timed on its own, since it runs on the
-CPU between GPU steps.
+Model Match Photos..."). Batches come from a caption bank built once, as in the training loop;
+the host-side batch building is also timed on its own. On CUDA it counts the host syncs of one
+step (torch.cuda sync debug mode) and, with --profile, the share of the step the GPU is busy and
+its top kernels: a step far above its kernel time is host- or launch-bound.
 
-    python bench/gpu_train.py                       # on a GPU
-    python bench/gpu_train.py --steps 2 --batch 8   # CPU smoke check
+    python bench/gpu_train.py                                   # on a GPU, the loop's defaults
+    python bench/gpu_train.py --compile default --pad-multiple 8 --profile
+    python bench/gpu_train.py --matrix --out "$OUT/gpu_matrix.json"   # every speed setting
+    python bench/gpu_train.py --preset tiny --steps 2 --batch 8         # CPU smoke check
+
+`--matrix` runs the `train.speed` settings (prh.train.SpeedConfig) one after another in one
+process, most informative first, writes the JSON after each, and starts no new variant once
+`--budget-s` seconds have passed, so a GPU session with a fixed time still returns its figures.
 
 Synthetic captions: a 30,517-word lexicon (one WordPiece token per word, so the vocabulary is
 BERT's 30,522 with the 5 specials), Zipf-like word frequencies, and lengths drawn log-normal
@@ -18,26 +26,29 @@ with median 13 words (Flickr30k captions average 12-15 words; the long tail reac
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import string
 import time
+import warnings
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import numpy as np
 import tokenizers
 import torch
 from tokenizers import models, normalizers, pre_tokenizers
 
+from prh.batches import CaptionBank, jepa_groups, ntp_groups
 from prh.data import Photo
 from prh.models import BERT_B, BERT_S, TextEncoderConfig, count_parameters
 from prh.tokenizer import SPECIAL_TOKENS, Tokenizer
 from prh.train import (
     ModelConfig,
+    SpeedConfig,
     TrainConfig,
     build_modules,
     encoder_config,
-    jepa_batch,
-    ntp_batch,
     tokenize_captions,
     train_step,
     view_config,
@@ -47,6 +58,21 @@ H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s of one H200 (NVIDIA's datasheet, wi
 FLICKR_TRAIN_PHOTOS = 29_000
 PAPER_EPOCHS = 200
 VOCAB = 30_522
+TARGET_ARM_S = 600  # issue 3: <= 10 minutes per 200-epoch arm on one H200
+TINY = TextEncoderConfig(hidden=64, layers=2, heads=4, intermediate=128)  # CPU smoke checks
+# --matrix: (name, arm, speed), the loop's CUDA default first, then one change at a time.
+MATRIX: tuple[tuple[str, str, SpeedConfig], ...] = (
+    ("eager one-pass", "good", SpeedConfig()),
+    ("eager split", "good", SpeedConfig(passes="split")),
+    ("compile one-pass pad8", "good", SpeedConfig(compile="default", pad_multiple=8)),
+    ("cudagraphs one-pass pad8", "good", SpeedConfig(compile="reduce-overhead", pad_multiple=8)),
+    ("compile split pad8", "good",
+     SpeedConfig(compile="default", passes="split", pad_multiple=8)),
+    ("eager ntp", "ntp", SpeedConfig()),
+    ("compile ntp pad8", "ntp", SpeedConfig(compile="default", pad_multiple=8)),
+    ("cudagraphs split pad8", "good",
+     SpeedConfig(compile="reduce-overhead", passes="split", pad_multiple=8)),
+)
 
 
 def synthetic_tokenizer(n_words: int) -> tuple[Tokenizer, list[str]]:
@@ -81,71 +107,134 @@ def synthetic_photos(words: list[str], n_photos: int, seed: int = 0) -> list[Pho
 
 
 def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup: int,
-            device: str, amp: bool, n_photos: int | None = None, split: bool = True,
-            compile_encoder: bool = False) -> dict[str, float]:
+            device: str, amp: bool, speed: SpeedConfig, profile: bool = False,
+            n_photos: int | None = None) -> dict:
     """Time `steps` real optimiser steps after `warmup` untimed ones; return the figures."""
     tokenizer, words = synthetic_tokenizer(VOCAB - len(SPECIAL_TOKENS))
     photos = synthetic_photos(words, n_photos or max(4 * batch, 64))
     cfg = TrainConfig(arm=arm, batch_size=batch, epochs=1, warmup_epochs=0, amp=amp,
-                      device=device, model=model_cfg)
+                      device=device, model=model_cfg, speed=speed)
     dev = torch.device("cuda" if device == "cuda" or (device == "auto" and
                        torch.cuda.is_available()) else "cpu")
-    enc_cfg = encoder_config(cfg, tokenizer)
-    net, sigreg, optimizer = build_modules(cfg, enc_cfg, dev)
-    if compile_encoder:
-        net.encoder.bert = torch.compile(net.encoder.bert, dynamic=True)
-    ids = tokenize_captions(photos, tokenizer)
-    views = view_config(cfg, tokenizer)
-    rng = np.random.default_rng(0)
-    batches = [photos[i: i + batch] for i in range(0, len(photos) - batch + 1, batch)]
-
-    def host(k: int) -> list:  # the CPU side of step k: picks, views, padding
-        b = batches[k % len(batches)]
-        return (ntp_batch(b, cfg, tokenizer, ids, rng) if arm == "ntp" else
-                jepa_batch(b, cfg, views, tokenizer, ids, rng, split=split))
-
-    def run(n: int) -> float:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for k in range(n):
-            train_step(net, net, sigreg, optimizer, host(k), cfg, tokenizer.pad_id, dev, cfg.lr)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / max(n, 1)
-
-    run(warmup)
-    step_s = run(steps)
-    real = padded = 0
     t0 = time.perf_counter()
-    for k in range(steps):  # the host side alone, and the token counts
+    net, sigreg, optimizer = build_modules(cfg, encoder_config(cfg, tokenizer), dev)
+    views = view_config(cfg, tokenizer)
+    bank = CaptionBank.build(photos, tokenize_captions(photos, tokenizer), views,
+                             tokenizer.pad_id)
+    rng = np.random.default_rng(0)
+    split = speed.split(dev)
+
+    def host(k: int) -> list:  # the CPU side of step k, as the loop builds it
+        rows = (np.arange(batch) + k * batch) % len(photos)
+        return (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, speed.pad_multiple)
+                if arm == "ntp" else
+                jepa_groups(bank, rows, arm == "good", views, tokenizer, rng, split,
+                            speed.pad_multiple))
+
+    def step(k: int) -> None:
+        train_step(net, net, sigreg, optimizer, host(k), cfg, tokenizer.pad_id, dev, cfg.lr)
+
+    def run(first: int, n: int) -> float:
+        _sync(dev)
+        t = time.perf_counter()
+        for k in range(first, first + n):
+            step(k)
+        _sync(dev)
+        return (time.perf_counter() - t) / max(n, 1)
+
+    run(0, warmup)  # compiles, autotunes and records graphs for the widths it meets
+    warm_s = time.perf_counter() - t0
+    step_s = run(warmup, steps)
+    figures = {"device": str(dev), "arm": arm, "speed": asdict(speed), "batch": batch,
+               "params": count_parameters(net), "step_s": step_s, "warmup_s": warm_s,
+               **_host_figures(host, warmup + steps, steps)}
+    if dev.type == "cuda":
+        figures["syncs_per_step"] = _count_syncs(step, warmup + 2 * steps)
+        figures["max_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
+        if profile:
+            figures.update(_kernel_figures(step, warmup + 2 * steps + 1, min(steps, 5), dev))
+    steps_per_epoch = math.ceil(FLICKR_TRAIN_PHOTOS / batch)
+    flops = 6 * figures["params"] * figures["padded_tokens_per_step"]
+    figures.update({
+        "tokens_per_s": figures["tokens_per_step"] / step_s,
+        "peak_share": flops / step_s / H200_BF16_PEAK if dev.type == "cuda" else None,
+        "steps_per_epoch": steps_per_epoch,
+        "flickr_arm_s": step_s * steps_per_epoch * PAPER_EPOCHS,
+    })
+    return figures
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _host_figures(host, first: int, steps: int) -> dict[str, float]:
+    """The host side alone (picks, views, padding), and real vs padded token counts."""
+    real = padded = 0
+    t = time.perf_counter()
+    for k in range(first, first + steps):
         masks = [m for _, m in host(k)]
         real += sum(int(m.sum()) for m in masks)
         padded += sum(m.numel() for m in masks)
-    host_s = (time.perf_counter() - t0) / max(steps, 1)
-    n_params = count_parameters(net)
-    flops = 6 * n_params * padded / max(steps, 1)
-    steps_per_epoch = math.ceil(FLICKR_TRAIN_PHOTOS / batch)
-    return {
-        "device": str(dev), "params": n_params, "step_s": step_s, "host_prep_s": host_s,
-        "tokens_per_step": real / max(steps, 1), "padded_tokens_per_step": padded / max(steps, 1),
-        "tokens_per_s": real / max(steps, 1) / step_s,
-        "peak_share": flops / step_s / H200_BF16_PEAK if dev.type == "cuda" else float("nan"),
-        "flickr_arm_s": step_s * steps_per_epoch * PAPER_EPOCHS,
-        "steps_per_epoch": steps_per_epoch,
-    }
+    n = max(steps, 1)
+    return {"host_prep_s": (time.perf_counter() - t) / n, "tokens_per_step": real / n,
+            "padded_tokens_per_step": padded / n}
 
 
-def report(name: str, r: dict[str, float]) -> None:
-    print(f"{name} on {r['device']}: {r['params'] / 1e6:.2f}M parameters")
-    print(f"  step {r['step_s'] * 1e3:.1f} ms (host view building alone "
-          f"{r['host_prep_s'] * 1e3:.1f} ms); {r['tokens_per_step']:.0f} tokens per step "
-          f"({r['padded_tokens_per_step']:.0f} with padding); {r['tokens_per_s']:,.0f} tokens/s")
-    if not math.isnan(r["peak_share"]):
+def _count_syncs(step, k: int) -> int:
+    """Host-device synchronisations in one step (each one stalls the launch queue)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step(k)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def _kernel_figures(step, first: int, n: int, dev: torch.device) -> dict:
+    """GPU busy share over `n` profiled steps, and the kernels that take the most time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync(dev)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for k in range(first, first + n):
+            step(k)
+        _sync(dev)
+        wall = time.perf_counter() - t
+    kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e6  # microseconds -> s
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:12]
+    return {"gpu_busy_share": busy / wall,
+            "kernel_s_per_step": busy / n,
+            "kernels_per_step": sum(e.count for e in kernels) / n,
+            "top_kernels": [{"name": e.key[:90], "ms_per_step": e.self_device_time_total / 1e3 / n,
+                             "calls_per_step": e.count / n} for e in top]}
+
+
+def report(name: str, r: dict) -> None:
+    print(f"{name} on {r['device']}: {r['params'] / 1e6:.2f}M parameters, speed {r['speed']}")
+    print(f"  step {r['step_s'] * 1e3:.1f} ms (host batch building alone "
+          f"{r['host_prep_s'] * 1e3:.1f} ms; first steps incl. compile {r['warmup_s']:.0f} s); "
+          f"{r['tokens_per_step']:.0f} tokens per step ({r['padded_tokens_per_step']:.0f} with "
+          f"padding); {r['tokens_per_s']:,.0f} tokens/s")
+    if r["peak_share"] is not None:
         print(f"  6 x params x padded tokens: {100 * r['peak_share']:.1f}% of H200 dense bf16 peak "
-              f"({H200_BF16_PEAK / 1e12:.0f} TFLOP/s)")
+              f"({H200_BF16_PEAK / 1e12:.0f} TFLOP/s); {r['syncs_per_step']} host syncs per step; "
+              f"peak memory {r['max_memory_gib']:.1f} GiB")
+    if "gpu_busy_share" in r:
+        print(f"  GPU busy {100 * r['gpu_busy_share']:.0f}% of the step: "
+              f"{r['kernel_s_per_step'] * 1e3:.1f} ms of kernels, "
+              f"{r['kernels_per_step']:.0f} kernel launches per step")
+        for k in r["top_kernels"][:6]:
+            print(f"    {k['ms_per_step']:7.2f} ms  x{k['calls_per_step']:.0f}  {k['name']}")
+    verdict = "meets" if r["flickr_arm_s"] <= TARGET_ARM_S else "misses"
     print(f"  projected {PAPER_EPOCHS}-epoch Flickr30k arm ({r['steps_per_epoch']} steps per "
-          f"epoch): {r['flickr_arm_s'] / 60:.1f} min")
+          f"epoch): {r['flickr_arm_s'] / 60:.1f} min ({verdict} the "
+          f"{TARGET_ARM_S // 60}-minute target)")
 
 
 def model_config(enc: TextEncoderConfig) -> ModelConfig:
@@ -153,24 +242,63 @@ def model_config(enc: TextEncoderConfig) -> ModelConfig:
     return replace(ModelConfig(), **keep)
 
 
+def run_matrix(a: argparse.Namespace, model_cfg: ModelConfig) -> list[dict]:
+    """Every MATRIX variant (or those named by --variants) while the budget lasts."""
+    chosen = [v for v in MATRIX if not a.variants or v[0] in a.variants.split(",")]
+    t0, results = time.perf_counter(), []
+    for name, arm, speed in chosen:
+        if time.perf_counter() - t0 > a.budget_s:
+            results.append({"name": name, "skipped": f"budget of {a.budget_s} s spent"})
+            continue
+        torch._dynamo.reset()  # each variant compiles from scratch
+        try:
+            r = {"name": name, **measure(model_cfg, arm=arm, batch=a.batch, steps=a.steps,
+                                         warmup=a.warmup, device=a.device, amp=not a.no_amp,
+                                         speed=speed, profile=a.profile)}
+            report(name, r)
+        except Exception as e:  # one failing setting must not cost the others' figures
+            r = {"name": name, "error": f"{type(e).__name__}: {e}"[:2000]}
+            print(f"{name}: FAILED {r['error']}")
+        results.append(r)
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", choices=("bert-s", "bert-b"), default="bert-s")
+    ap.add_argument("--preset", choices=("bert-s", "bert-b", "tiny"), default="bert-s")
     ap.add_argument("--arm", choices=("good", "bad", "ntp"), default="good")
     ap.add_argument("--batch", type=int, default=256, help="photos per step (8 views each)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--warmup", type=int, default=10,
+                    help="untimed steps first (compiled variants compile here)")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--no-amp", action="store_true", help="fp32 instead of bf16 autocast")
-    ap.add_argument("--one-pass", action="store_true",
-                    help="encode global and local views in one padded pass")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the encoder")
+    ap.add_argument("--compile", choices=("none", "default", "reduce-overhead",
+                                          "max-autotune-no-cudagraphs"), default="none")
+    ap.add_argument("--passes", choices=("auto", "one", "split"), default="auto")
+    ap.add_argument("--pad-multiple", type=int, default=1)
+    ap.add_argument("--profile", action="store_true", help="GPU busy share and top kernels")
+    ap.add_argument("--matrix", action="store_true", help="run every speed setting")
+    ap.add_argument("--variants", default="", help="--matrix: comma-separated names only")
+    ap.add_argument("--budget-s", type=float, default=420.0,
+                    help="--matrix: start no variant after this many seconds")
+    ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     a = ap.parse_args()
-    enc = BERT_S if a.preset == "bert-s" else BERT_B
+    enc = {"bert-s": BERT_S, "bert-b": BERT_B, "tiny": TINY}[a.preset]
+    if a.matrix:
+        run_matrix(a, model_config(enc))
+        return
+    speed = SpeedConfig(compile=a.compile, passes=a.passes, pad_multiple=a.pad_multiple)
     r = measure(model_config(enc), arm=a.arm, batch=a.batch, steps=a.steps,
                 warmup=min(a.warmup, a.steps), device=a.device, amp=not a.no_amp,
-                split=not a.one_pass, compile_encoder=a.compile)
+                speed=speed, profile=a.profile)
     report(f"{a.preset} {a.arm} batch {a.batch}", r)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(r, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -53,32 +53,33 @@ class CaptionBank:
 
 
 def _group(ids: np.ndarray, attention: np.ndarray) -> Group:
-    """Flatten [..., L] to rows and cut the columns that are padding in every row."""
-    width = int(attention.sum(-1).max())
-    return (torch.from_numpy(np.ascontiguousarray(ids[..., :width].reshape(-1, width))),
-            torch.from_numpy(np.ascontiguousarray(attention[..., :width].reshape(-1, width))))
+    """Flatten [..., L] to rows [N, L] (`pack_views` has already set the width)."""
+    width = ids.shape[-1]
+    return (torch.from_numpy(np.ascontiguousarray(ids.reshape(-1, width))),
+            torch.from_numpy(np.ascontiguousarray(attention.reshape(-1, width))))
 
 
 def jepa_groups(bank: CaptionBank, photo_rows: np.ndarray, good_views: bool, views: ViewConfig,
-                specials: SpecialIds, rng: np.random.Generator, split: bool = True
-                ) -> list[Group]:
+                specials: SpecialIds, rng: np.random.Generator, split: bool = True,
+                pad_multiple: int = 1) -> list[Group]:
     """The V views of the photos `photo_rows` (indices into the bank's photos): a global group
-    [n_global*B, Lg] and a local one [n_local*B, Ll], each padded to its own longest view,
-    view-major rows (view 0 of every photo, then view 1, ...); `split=False`: one group
-    [V*B, L]."""
+    [n_global*B, Lg] and a local one [n_local*B, Ll], each padded to its own longest view
+    (rounded up to `pad_multiple`), view-major rows (view 0 of every photo, then view 1, ...);
+    `split=False`: one group [V*B, L]."""
     rows = choose_captions(bank.first[photo_rows], bank.count[photo_rows], views.n_views,
                            good_views, rng)
     view, span = draw_views(bank.tokens, bank.lengths, rows, views, rng)
     cuts = [(0, views.n_global), (views.n_global, views.n_views)] if split else [
         (0, views.n_views)]
-    return [_group(*pack_views(view[a:b], span[a:b], views.max_len, specials))
+    return [_group(*pack_views(view[a:b], span[a:b], views.max_len, specials, pad_multiple))
             for a, b in cuts if b > a]
 
 
 def ntp_groups(bank: CaptionBank, photo_rows: np.ndarray, max_len: int, specials: SpecialIds,
-               rng: np.random.Generator) -> list[Group]:
-    """One whole caption per photo, drawn uniformly: one group [B, L]."""
+               rng: np.random.Generator, pad_multiple: int = 1) -> list[Group]:
+    """One whole caption per photo, drawn uniformly: one group [B, L] (L rounded up to
+    `pad_multiple`)."""
     first, count = bank.first[photo_rows], bank.count[photo_rows]
     rows = first + rng.integers(0, count)
     tokens, span = bank.tokens[rows], np.minimum(bank.lengths[rows], max_len - 2)
-    return [_group(*pack_views(tokens, span, max_len, specials))]
+    return [_group(*pack_views(tokens, span, max_len, specials, pad_multiple))]

@@ -73,7 +73,7 @@ class TextEncoder(nn.Module):
             num_attention_heads=cfg.heads, intermediate_size=cfg.intermediate,
             max_position_embeddings=cfg.max_len, hidden_dropout_prob=cfg.dropout,
             attention_probs_dropout_prob=cfg.dropout, pad_token_id=cfg.pad_id,
-            is_decoder=cfg.causal, use_cache=False,
+            is_decoder=cfg.causal, use_cache=False, attn_implementation="sdpa",
         )
         # No pooler: its tanh head is unused by every arm and would sit idle under DDP.
         self.bert = BertModel(bert_cfg, add_pooling_layer=False)
@@ -85,7 +85,8 @@ class TextEncoder(nn.Module):
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """tokens, mask: [B, L] (mask 1 on real tokens, right padding) -> hidden [B, L, D]."""
-        out = self.bert(input_ids=tokens, attention_mask=mask, use_cache=False)
+        out = self.bert(input_ids=tokens, attention_mask=attention_mask(mask, self.cfg.causal),
+                        use_cache=False)
         return out.last_hidden_state
 
     def pool(self, hidden: Tensor, mask: Tensor) -> Tensor:
@@ -101,6 +102,21 @@ class TextEncoder(nn.Module):
     def embed(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """tokens, mask: [B, L] -> pooled embedding [B, D]."""
         return self.pool(self(tokens, mask), mask)
+
+
+def attention_mask(mask: Tensor, causal: bool) -> Tensor:
+    """Padding mask [B, L] -> boolean SDPA mask (True = may attend): [B, 1, 1, L] for the
+    bidirectional encoder, [B, 1, L, L] with the lower triangle for the causal one.
+
+    BertModel takes a 4-D mask as is. Given the 2-D mask it builds the same one, but first asks
+    `padding_mask.all()` on the device, which stalls the host on every forward pass on CUDA
+    (transformers 5, masking_utils `_ignore_bidirectional_mask_sdpa`). The outputs are
+    identical (tests/test_models.py)."""
+    allowed = mask.bool()[:, None, None, :]
+    if causal:
+        n = mask.size(-1)
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    return allowed
 
 
 def build_text_encoder(cfg: TextEncoderConfig) -> TextEncoder:

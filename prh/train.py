@@ -40,7 +40,7 @@ from prh.io import ContractError, atomic_path, write_json
 from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
 from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
-from prh.views import ViewConfig, check_fits, collate_ntp
+from prh.views import ViewConfig, check_fits, collate_ntp, padded_width
 
 ARMS: tuple[str, ...] = ("good", "bad", "ntp")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -70,6 +70,9 @@ DEFAULT_SOURCES: dict[str, str] = {
     "eval_every": "assumed: 10 epochs (the article's curves are per epoch; set 1 to match)",
     "amp": "bf16 autocast on CUDA (lejepa README: bf16); never on CPU",
     "seed": "seed 0, as the rerun article's single run",
+    "speed": "assumed: eager, no padding rounding; one padded pass on CUDA (bench/gpu_train.py "
+             "on an H200: 163 vs 179 ms per BERT-S step), global/local passes on CPU. Changes "
+             "float rounding only; `python bench/gpu_train.py --matrix` times the alternatives",
 }
 
 
@@ -85,6 +88,26 @@ class ModelConfig:
     pooling: Literal["mean", "cls", "last"] = "mean"
     proj_dim: int = 512
     proj_hidden: int = 2048
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    """How a step is computed; none of it changes the method (the loss is the same up to float
+    rounding: padding is masked, and compiled kernels compute the same functions).
+
+    compile: `torch.compile` mode for the BERT encoder ("none" = eager; "reduce-overhead" adds
+    CUDA graphs). passes: encode global and local views in one padded pass or in two ("auto":
+    two on CPU, one on CUDA). pad_multiple: round each batch's width up to a multiple of this,
+    so a compiled encoder meets a few shapes (at most max_len / pad_multiple) instead of one per
+    longest view."""
+
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"
+    passes: Literal["auto", "one", "split"] = "auto"
+    pad_multiple: int = 1
+
+    def split(self, device: torch.device) -> bool:
+        """Whether global and local views go through the encoder in separate passes."""
+        return self.passes == "split" or (self.passes == "auto" and device.type != "cuda")
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     views: ViewConfig = field(default_factory=ViewConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -137,7 +161,9 @@ class TrainConfig:
             (self.lamb >= 0, "lamb", "use 0 or a positive SIGReg weight (the paper: .02)"),
             (self.n_slices >= 1, "n_slices", "use at least 1 direction (the paper: 1024)"),
             (self.eval_every >= 1, "eval_every", "evaluate every 1 or more epochs"),
-                        (self.model.hidden % self.model.heads == 0, "model.hidden",
+            (1 <= self.speed.pad_multiple <= self.max_len, "speed.pad_multiple",
+             "use 1 (no rounding) up to max_len; 8 suits compiled CUDA steps"),
+            (self.model.hidden % self.model.heads == 0, "model.hidden",
              f"make it a multiple of model.heads={self.model.heads}"),
             (0 <= self.model.dropout < 1, "model.dropout", "use a value in [0, 1)"),
         ]
@@ -199,10 +225,11 @@ def tokenize_captions(photos: Sequence[Photo], tokenizer: Tokenizer) -> dict[str
     return dict(zip(texts, tokenizer.encode_batch(texts), strict=True))
 
 
-def trim(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Cut the columns that are padding in every row: [..., L] -> [..., L_max_real]."""
-    length = int(mask.sum(-1).max())
-    return tokens[..., :length], mask[..., :length]
+def trim(tokens: Tensor, mask: Tensor, multiple: int = 1) -> tuple[Tensor, Tensor]:
+    """Cut the columns that are padding in every row: [..., L] -> [..., W], W the longest real
+    length rounded up to `multiple` (at most L)."""
+    width = padded_width(int(mask.sum(-1).max()), multiple, mask.size(-1))
+    return tokens[..., :width], mask[..., :width]
 
 
 def jepa_batch(photos: Sequence[Photo], cfg: TrainConfig, views: ViewConfig,
@@ -221,7 +248,7 @@ def jepa_batch(photos: Sequence[Photo], cfg: TrainConfig, views: ViewConfig,
     """
     bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)
     return jepa_groups(bank, np.arange(len(photos)), cfg.arm == "good", views, tokenizer, rng,
-                       split)
+                       split, cfg.speed.pad_multiple)
 
 
 def ntp_batch(photos: Sequence[Photo], cfg: TrainConfig, tokenizer: Tokenizer,
@@ -229,7 +256,8 @@ def ntp_batch(photos: Sequence[Photo], cfg: TrainConfig, tokenizer: Tokenizer,
     """One whole caption per photo, drawn at random: [B, L] (the rerun article: the NTP arm
     'has no views at all, and reads a whole caption')."""
     bank = CaptionBank.build(photos, ids, view_config(cfg, tokenizer), tokenizer.pad_id)
-    return ntp_groups(bank, np.arange(len(photos)), cfg.max_len, tokenizer, rng)
+    return ntp_groups(bank, np.arange(len(photos)), cfg.max_len, tokenizer, rng,
+                      cfg.speed.pad_multiple)
 
 
 class _Net(nn.Module):
@@ -253,9 +281,14 @@ class _Net(nn.Module):
 def step_loss(model: nn.Module, encoder: TextEncoder, sigreg: SIGReg, groups: list[Group],
               cfg: TrainConfig, pad_id: int, device: torch.device
               ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The loss of one batch and its terms (detached, on `device`: no host sync per step)."""
-    groups = [(t.to(device, non_blocking=True), m.to(device, non_blocking=True))
-              for t, m in groups]
+    """The loss of one batch and its terms (detached, on `device`: no host sync per step).
+
+    On CUDA the batch is copied from pinned memory: a copy from pageable memory first waits
+    for the stream to drain (CUDA runtime API, "API synchronization behavior"), which would
+    stop the host from queuing the next step while the GPU runs this one."""
+    pin = device.type == "cuda"
+    groups = [tuple(x.pin_memory().to(device, non_blocking=True) if pin else x.to(device)
+                    for x in group) for group in groups]
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp and
                         device.type == "cuda"):
         out = model(*groups)
@@ -268,7 +301,8 @@ def step_loss(model: nn.Module, encoder: TextEncoder, sigreg: SIGReg, groups: li
 
 
 def make_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device: torch.device,
-                batch_size: int = 256) -> Callable[[list[str]], np.ndarray]:
+                batch_size: int = 256, pad_multiple: int = 1
+                ) -> Callable[[list[str]], np.ndarray]:
     """encode(texts) -> float32 [n, D]: pooled encoder output (not the projector) in eval mode.
 
     Each text is read whole as `[CLS] text [SEP]`, cut to `max_len`, no masking: the input
@@ -282,7 +316,7 @@ def make_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device
         out = [torch.zeros((0, encoder.cfg.hidden))]
         for i in range(0, len(texts), batch_size):
             chunk = tokenizer.encode_batch(list(texts[i: i + batch_size]))
-            tokens, mask = trim(*collate_ntp(chunk, max_len, tokenizer))
+            tokens, mask = trim(*collate_ntp(chunk, max_len, tokenizer), pad_multiple)
             out.append(encoder.embed(tokens.to(device), mask.to(device)).float().cpu())
         encoder.train(was_training)
         return torch.cat(out).numpy()
@@ -401,6 +435,8 @@ def build_modules(cfg: TrainConfig, enc_cfg: TextEncoderConfig, device: torch.de
     projector = (None if cfg.arm == "ntp" else
                  Projector(enc_cfg.hidden, cfg.model.proj_dim, cfg.model.proj_hidden))
     net = _Net(encoder, projector).to(device)
+    if cfg.speed.compile != "none":  # in place: parameter names (and checkpoints) unchanged
+        encoder.bert.compile(mode=None if cfg.speed.compile == "default" else cfg.speed.compile)
     sigreg = SIGReg(n_slices=cfg.n_slices).to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
                                   weight_decay=cfg.weight_decay, fused=device.type == "cuda")
@@ -474,9 +510,7 @@ def train_text_encoder(
         bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)  # token matrix, once
         tokenizer_files = _tokenizer_files(tokenizer)
         net, sigreg, optimizer = build_modules(cfg, enc_cfg, ctx.device)
-        # Global and local views in separate passes saves padding FLOPs (CPU); on an H200 one
-        # padded pass is faster (bench/gpu_train.py: 163 vs 179 ms per BERT-S step).
-        split = ctx.device.type != "cuda"
+        split, pad_multiple = cfg.speed.split(ctx.device), cfg.speed.pad_multiple
         steps_per_epoch = math.ceil(len(photos) // ctx.world / cfg.batch_size)
         total_steps = cfg.epochs * steps_per_epoch
         warmup_steps = cfg.warmup_epochs * steps_per_epoch
@@ -501,10 +535,10 @@ def train_text_encoder(
             for i in range(0, len(shard), cfg.batch_size):
                 lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
                 rows = shard[i: i + cfg.batch_size]
-                groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng)
+                groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, pad_multiple)
                           if cfg.arm == "ntp" else
                           jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
-                                      split=split))
+                                      split, pad_multiple))
                 terms = train_step(model, net, sigreg, optimizer, groups, cfg, tokenizer.pad_id,
                                    ctx.device, lr)
                 step += 1
@@ -517,7 +551,8 @@ def train_text_encoder(
             if ctx.rank == 0 and eval_hook is not None and (
                     epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
                 with _rng_untouched():
-                    encode = make_encode(net.encoder, tokenizer, cfg.max_len, ctx.device)
+                    encode = make_encode(net.encoder, tokenizer, cfg.max_len, ctx.device,
+                                         pad_multiple=pad_multiple)
                     metrics.update(eval_hook(epoch, encode))
             curve.append(metrics)
             if ctx.rank == 0:

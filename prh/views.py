@@ -195,13 +195,20 @@ def make_views(captions_token_ids: list[list[int]], cfg: ViewConfig,
     return [view[v, 0, :span[v, 0]].tolist() for v in range(cfg.n_views)]
 
 
-def pack_views(view: np.ndarray, span: np.ndarray, max_len: int,
-               specials: SpecialIds) -> tuple[np.ndarray, np.ndarray]:
+def padded_width(longest: int, multiple: int, limit: int) -> int:
+    """`longest` rounded up to a multiple of `multiple`, at most `limit`: with a multiple > 1 a
+    compiled encoder meets a few widths only (limit / multiple) instead of one per batch."""
+    return min(-(-longest // multiple) * multiple, limit)
+
+
+def pack_views(view: np.ndarray, span: np.ndarray, max_len: int, specials: SpecialIds,
+               multiple: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """[CLS] view [SEP] padded: ids and attention (int64) [..., L], L = the longest view + 2
-    (at most max_len; views are already cut to max_len - 2 tokens)."""
-    width = int(span.max()) + 2 if span.size else 2
-    if width > max_len:
-        raise ValueError(f"a view of {width - 2} tokens does not fit max_len={max_len}")
+    rounded up to `multiple` (at most max_len; views are already cut to max_len - 2 tokens)."""
+    longest = int(span.max()) + 2 if span.size else 2
+    if longest > max_len:
+        raise ValueError(f"a view of {longest - 2} tokens does not fit max_len={max_len}")
+    width = padded_width(longest, multiple, max_len)
     pos = np.arange(width)
     ids = np.full((*span.shape, width), specials.pad_id, dtype=np.int64)
     body = min(width - 2, view.shape[-1])

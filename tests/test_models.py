@@ -15,6 +15,7 @@ from prh.models import (
     BERT_S,
     Projector,
     TextEncoderConfig,
+    attention_mask,
     build_text_encoder,
     count_parameters,
 )
@@ -93,6 +94,24 @@ def test_mean_pooling_is_the_mean_over_real_tokens_and_ignores_padding() -> None
         e_pad = enc.embed(padded, (padded != 0).long())
     torch.testing.assert_close(e, h.mean(1))
     torch.testing.assert_close(e_pad, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_our_4d_mask_gives_bertmodels_own_2d_mask_outputs(causal: bool) -> None:
+    """The boolean mask we pass (to avoid a host sync) equals transformers' own expansion of
+    the padding mask, bidirectional and causal, padding rows included; and it masks: other
+    ids in the padding leave the real tokens' outputs as they are."""
+    enc = build_text_encoder(TextEncoderConfig(**{**TINY.__dict__, "causal": causal})).eval()
+    tokens = torch.tensor([[2, 7, 8, 9, 3, 0, 0], [2, 11, 12, 13, 14, 15, 3],
+                           [2, 5, 3, 0, 0, 0, 0]])
+    mask = (tokens != 0).long()
+    with torch.no_grad():
+        ours = enc(tokens, mask)
+        theirs = enc.bert(input_ids=tokens, attention_mask=mask).last_hidden_state
+        other_padding = enc(torch.where(mask.bool(), tokens, 40), mask)
+    assert torch.equal(ours, theirs)
+    torch.testing.assert_close(other_padding[mask.bool()], ours[mask.bool()])
+    assert attention_mask(mask, causal).shape == ((3, 1, 7, 7) if causal else (3, 1, 1, 7))
 
 
 def test_cls_and_last_pooling_pick_their_positions() -> None:

@@ -87,6 +87,9 @@ def test_defaults_round_trip_through_a_dict() -> None:
     ({"max_len": 2}, r"train.max_len=2: the views cannot fit .*raise train.max_len"),
     ({"views": {"local_scale": [0.6, 0.5]}}, r"train.views: ViewConfig.local_scale"),
     ({"model": {"hidden": 10, "heads": 4}}, r"train.model.hidden=10 .*multiple of model.heads"),
+    ({"speed": {"pad_multiple": 0}}, r"train.speed.pad_multiple=0 is out of range: use 1"),
+    ({"speed": {"compile": "fast"}}, r"train.speed.compile='fast': use one of \['none', "),
+    ({"speed": {"passes": 2}}, r"train.speed.passes=2: use one of \['auto', 'one', 'split'\]"),
 ])
 def test_bad_configs_name_the_key_and_the_fix(d: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -139,6 +142,51 @@ def test_one_padded_pass_gives_the_loss_of_separate_global_and_local_passes(corp
                                 torch.device("cpu"))[1])
     for k in ("loss", "inv", "sigreg"):
         torch.testing.assert_close(losses[0][k], losses[1][k], rtol=1e-5, atol=1e-6)
+
+
+def test_padding_to_a_multiple_changes_the_widths_not_the_loss(corpus) -> None:
+    """pad_multiple 8: every group is 8 or max_len (16) wide, the added columns are padding,
+    and the loss is the one of the tightly cut batch (masked padding)."""
+    photos, tok = corpus
+    base = {"model": {**TINY_MODEL, "dropout": 0.0}}
+    out = {}
+    for multiple in (1, 8):
+        cfg = tiny_cfg(**base, speed={"pad_multiple": multiple})
+        ids, views = tokenize_captions(photos, tok), view_config(cfg, tok)
+        net, sigreg, _ = build_modules(cfg, encoder_config(cfg, tok), torch.device("cpu"))
+        groups = jepa_batch(photos[:4], cfg, views, tok, ids, np.random.default_rng(0))
+        out[multiple] = groups, step_loss(net, net.encoder, sigreg, groups, cfg, tok.pad_id,
+                                          torch.device("cpu"))[1]
+    for (t1, m1), (t8, m8) in zip(out[1][0], out[8][0], strict=True):
+        assert t8.shape[1] in (8, 16) and t8.shape[1] >= t1.shape[1]
+        assert torch.equal(t8[:, : t1.shape[1]], t1) and torch.equal(m8[:, : t1.shape[1]], m1)
+        assert not m8[:, t1.shape[1]:].any()
+    assert any(t.shape[1] % 8 for t, _ in out[1][0])  # the rounding did something
+    for k in ("loss", "inv", "sigreg"):
+        torch.testing.assert_close(out[1][1][k], out[8][1][k], rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_encoder_gives_the_eager_loss_and_gradients(corpus) -> None:
+    """speed.compile (torch.compile; inductor on the CPU here): on one batch and the same
+    weights, the loss and every gradient equal eager's to float rounding."""
+    photos, tok = corpus
+    cfg = {m: tiny_cfg(model={**TINY_MODEL, "dropout": 0.0},
+                       speed={"compile": m, "pad_multiple": 8}) for m in ("none", "default")}
+    ids, views = tokenize_captions(photos, tok), view_config(cfg["none"], tok)
+    groups = jepa_batch(photos[:4], cfg["none"], views, tok, ids, np.random.default_rng(0))
+    out = {}
+    for mode, c in cfg.items():
+        net, sigreg, _ = build_modules(c, encoder_config(c, tok), torch.device("cpu"))
+        assert (net.encoder.bert._compiled_call_impl is not None) == (mode != "none")
+        loss, _ = step_loss(net, net.encoder, sigreg, groups, c, tok.pad_id, torch.device("cpu"))
+        loss.backward()
+        out[mode] = loss.detach(), {k: p.grad for k, p in net.named_parameters()}
+    torch._dynamo.reset()
+    torch.testing.assert_close(out["default"][0], out["none"][0], rtol=1e-5, atol=1e-6)
+    assert list(out["default"][1]) == list(out["none"][1])  # same names: checkpoints carry over
+    for name, grad in out["none"][1].items():
+        torch.testing.assert_close(out["default"][1][name], grad, rtol=1e-4, atol=1e-6,
+                                   msg=name)
 
 
 def _mean_norm_hook(texts: list[str]):
