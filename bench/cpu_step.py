@@ -28,11 +28,11 @@ import torch
 import yaml
 
 from prh.batches import CaptionBank, jepa_groups, ntp_groups
+from prh.checkpoint import seed_epoch
 from prh.data import Photo
 from prh.tokenizer import train_tokenizer
 from prh.train import (
     TrainConfig,
-    _seed_epoch,
     build_modules,
     encoder_config,
     tokenize_captions,
@@ -71,7 +71,7 @@ def measure_world(photos: list[Photo], tokenizer, train: dict, arm: str, steps: 
     views = view_config(cfg, tokenizer)
     bank = CaptionBank.build(photos, tokenize_captions(photos, tokenizer), views,
                              tokenizer.pad_id)
-    rng = _seed_epoch(cfg.seed, 1, 0)
+    rng = seed_epoch(cfg.seed, 1, 0)
     order = np.random.default_rng([cfg.seed, 1]).permutation(len(photos))
     steps_per_epoch = math.ceil(len(photos) / cfg.batch_size)
 

@@ -1,8 +1,9 @@
 """One training loop for the three text arms (good views, bad views, next-token prediction).
 
 Read it top to bottom (nanoGPT `train.py` style): config -> distributed setup -> model ->
-optimiser -> resume -> epochs -> evaluation hook -> checkpoint. Defaults and their sources are
-listed in `DEFAULT_SOURCES`; "assumed" means neither article states the value.
+optimiser -> resume -> epochs -> evaluation hook -> checkpoint (its file and the random states
+live in prh.checkpoint). Defaults and their sources are listed in `DEFAULT_SOURCES`;
+"assumed" means neither article states the value.
 
 Determinism: the photo order of epoch e is drawn from (seed, e), shared by every rank; the
 views, the caption picks and dropout of epoch e on rank r come from (seed, e, r). The LR is a
@@ -13,16 +14,12 @@ uninterrupted run (on CPU; CUDA kernels are not bitwise deterministic).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import math
 import os
-import random
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -34,9 +31,20 @@ from torch import Tensor, nn
 
 from prh import distributed
 from prh.batches import CaptionBank, Group, jepa_groups, ntp_groups
+from prh.checkpoint import (
+    CHECKPOINT_FORMAT,
+    read_checkpoint,
+    rng_states,
+    rng_untouched,
+    seed_epoch,
+    set_rng_states,
+    tokenizer_files,
+    tokenizer_from_files,
+    write_checkpoint,
+)
 from prh.config import dataclass_from_dict
 from prh.data import Photo
-from prh.io import ContractError, atomic_path, write_json
+from prh.io import ContractError, write_json
 from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
 from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
@@ -44,7 +52,6 @@ from prh.views import ViewConfig, check_fits, collate_ntp, padded_width
 
 ARMS: tuple[str, ...] = ("good", "bad", "ntp")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-CHECKPOINT_FORMAT = "prh.checkpoint/1"
 VIEW_KEYS = ViewConfig.SETTABLE  # the view keys params.yaml may set
 WARMUP_START = 0.01  # warmup starts at lr/100 (stable-pretraining ImageNet-10 benchmark, §1.4)
 FINAL_LR_RATIO = 1e-3  # cosine ends at lr/1000 (lejepa README, method-anchors.md §1.3)
@@ -351,78 +358,6 @@ def _setup_distributed(cfg: TrainConfig) -> _Dist:
     return _Dist(distributed.rank(), distributed.world_size(), device, owns)
 
 
-def _seed_epoch(seed: int, epoch: int, rank: int) -> np.random.Generator:
-    """Seed python/numpy/torch from (seed, epoch, rank); return the views' generator."""
-    ss = np.random.SeedSequence([seed, epoch, rank])
-    s32, s64 = ss.generate_state(1)[0], int(ss.generate_state(2, np.uint64)[1])
-    random.seed(int(s32))
-    np.random.seed(int(s32))
-    torch.manual_seed(s64 & (2**63 - 1))  # all devices: dropout
-    return np.random.default_rng(ss.spawn(1)[0])
-
-
-def _rng_states() -> dict[str, Any]:
-    name, key, pos, has_gauss, gauss = np.random.get_state()
-    states = {"python": random.getstate(), "numpy": [name, key.tolist(), pos, has_gauss, gauss],
-              "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    name, key, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-@contextlib.contextmanager
-def _rng_untouched() -> Iterator[None]:
-    """Hooks (evaluation, callbacks) cannot move the training's random streams."""
-    states = _rng_states()
-    try:
-        yield
-    finally:
-        _set_rng_states(states)
-
-
-# ---------------------------------------------------------------- checkpoints
-
-
-def _tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
-    with tempfile.TemporaryDirectory() as d:
-        tokenizer.save(d)
-        return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir()) if p.is_file()}
-
-
-def _tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
-    with tempfile.TemporaryDirectory() as d:
-        for name, data in files.items():
-            (Path(d) / name).write_bytes(data)
-        return Tokenizer.load(d)
-
-
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated or foreign file
-        raise ContractError(f"{path}: unreadable checkpoint ({e}); delete it to start over") from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ContractError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; delete it or point "
-                            "the run at another directory")
-    return ckpt
-
-
-def _write_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    with atomic_path(path, suffix=".pt") as tmp:
-        tmp.write_bytes(buf.getvalue())
-
-
 # ---------------------------------------------------------------- the loop
 
 
@@ -463,7 +398,7 @@ def _resume(path: Path, identity: str, net: _Net, sigreg: SIGReg,
     """Load a matching checkpoint into the modules; return (epoch, step, curve)."""
     if not path.exists():
         return 0, 0, []
-    ckpt = _read_checkpoint(path)
+    ckpt = read_checkpoint(path)
     if ckpt["identity"] != identity:
         raise ContractError(
             f"{path}: written by config {ckpt['identity']}, this run is config {identity}; "
@@ -473,7 +408,7 @@ def _resume(path: Path, identity: str, net: _Net, sigreg: SIGReg,
     optimizer.load_state_dict(ckpt["optimizer"])
     # Each epoch reseeds from (seed, epoch, rank); restoring the saved states as well leaves
     # the process exactly as an uninterrupted run left it after that epoch.
-    _set_rng_states(ckpt["rng"])
+    set_rng_states(ckpt["rng"])
     return ckpt["epoch"], ckpt["step"], ckpt["curve"]
 
 
@@ -508,7 +443,7 @@ def train_text_encoder(
         check_fits(views := view_config(cfg, tokenizer), [len(ids[c]) for c in ids],
                    where=f"train.max_len={cfg.max_len}: training captions (sorted)")
         bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)  # token matrix, once
-        tokenizer_files = _tokenizer_files(tokenizer)
+        tok_files = tokenizer_files(tokenizer)
         net, sigreg, optimizer = build_modules(cfg, enc_cfg, ctx.device)
         split, pad_multiple = cfg.speed.split(ctx.device), cfg.speed.pad_multiple
         steps_per_epoch = math.ceil(len(photos) // ctx.world / cfg.batch_size)
@@ -527,7 +462,7 @@ def train_text_encoder(
             epochs = tqdm(epochs, desc=f"train {cfg.arm}", initial=start_epoch, total=cfg.epochs)
 
         for epoch in epochs:
-            rng = _seed_epoch(cfg.seed, epoch, ctx.rank)
+            rng = seed_epoch(cfg.seed, epoch, ctx.rank)
             order = np.random.default_rng([cfg.seed, epoch]).permutation(len(photos))
             shard = order[: len(order) - len(order) % ctx.world][ctx.rank::ctx.world]
             net.train()
@@ -550,21 +485,21 @@ def train_text_encoder(
                                          "train.lr or set train.grad_clip")
             if ctx.rank == 0 and eval_hook is not None and (
                     epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-                with _rng_untouched():
+                with rng_untouched():
                     encode = make_encode(net.encoder, tokenizer, cfg.max_len, ctx.device,
                                          pad_multiple=pad_multiple)
                     metrics.update(eval_hook(epoch, encode))
             curve.append(metrics)
             if ctx.rank == 0:
-                _write_checkpoint(ckpt_path, {
+                write_checkpoint(ckpt_path, {
                     "format": CHECKPOINT_FORMAT, "identity": identity, "config": resolved,
                     "net": net.state_dict(), "sigreg": sigreg.state_dict(),
                     "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step,
-                    "curve": curve, "rng": _rng_states(),
-                    "tokenizer_files": tokenizer_files})
+                    "curve": curve, "rng": rng_states(),
+                    "tokenizer_files": tok_files})
                 write_json(out_dir / "curve.json", curve)
                 if on_epoch is not None:
-                    with _rng_untouched():
+                    with rng_untouched():
                         on_epoch(epoch, dict(metrics))
         if ctx.owns_group:
             dist.barrier()  # every rank done before the group (and its store) is torn down
@@ -600,13 +535,13 @@ def load_text_encoder(out_dir: Path, device: str = "cpu") -> Callable[[list[str]
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
         raise ContractError(f"{path}: no checkpoint; run `harness train` for this arm and seed")
-    ckpt = _read_checkpoint(path)
+    ckpt = read_checkpoint(path)
     enc_cfg = TextEncoderConfig(**ckpt["config"]["encoder"])
     encoder = TextEncoder(enc_cfg)
     prefix = "encoder."
     encoder.load_state_dict({k[len(prefix):]: v for k, v in ckpt["net"].items()
                              if k.startswith(prefix)}, strict=True)
     encoder.to(device)
-    tokenizer = _tokenizer_from_files(ckpt["tokenizer_files"])
+    tokenizer = tokenizer_from_files(ckpt["tokenizer_files"])
     return make_encode(encoder, tokenizer, ckpt["config"]["train"]["max_len"],
                        torch.device(device))

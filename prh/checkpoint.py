@@ -1,0 +1,96 @@
+"""Checkpoint files and random streams of a training run (prh.train).
+
+A checkpoint is one torch file written atomically (`prh.io.atomic_path`) holding the modules,
+the optimiser, the epoch, the curve so far, the tokenizer's files and every random state
+(python, numpy, torch, CUDA), so a resumed run continues exactly where an uninterrupted one
+would be (on CPU). Each epoch reseeds from (seed, epoch, rank), see `seed_epoch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from prh.io import ContractError, atomic_path
+from prh.tokenizer import Tokenizer
+
+CHECKPOINT_FORMAT = "prh.checkpoint/1"
+
+
+def seed_epoch(seed: int, epoch: int, rank: int) -> np.random.Generator:
+    """Seed python/numpy/torch from (seed, epoch, rank); return the views' generator."""
+    ss = np.random.SeedSequence([seed, epoch, rank])
+    s32, s64 = ss.generate_state(1)[0], int(ss.generate_state(2, np.uint64)[1])
+    random.seed(int(s32))
+    np.random.seed(int(s32))
+    torch.manual_seed(s64 & (2**63 - 1))  # all devices: dropout
+    return np.random.default_rng(ss.spawn(1)[0])
+
+
+def rng_states() -> dict[str, Any]:
+    """Every random state of the process (python, numpy, torch, CUDA) as plain data."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    states = {"python": random.getstate(), "numpy": [name, key.tolist(), pos, has_gauss, gauss],
+              "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what `rng_states` returned."""
+    random.setstate(states["python"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@contextlib.contextmanager
+def rng_untouched() -> Iterator[None]:
+    """Hooks (evaluation, callbacks) cannot move the training's random streams."""
+    states = rng_states()
+    try:
+        yield
+    finally:
+        set_rng_states(states)
+
+
+def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as d:
+        tokenizer.save(d)
+        return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir()) if p.is_file()}
+
+
+def tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
+    with tempfile.TemporaryDirectory() as d:
+        for name, data in files.items():
+            (Path(d) / name).write_bytes(data)
+        return Tokenizer.load(d)
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated or foreign file
+        raise ContractError(f"{path}: unreadable checkpoint ({e}); delete it to start over") from e
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ContractError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; delete it or point "
+                            "the run at another directory")
+    return ckpt
+
+
+def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    with atomic_path(path, suffix=".pt") as tmp:
+        tmp.write_bytes(buf.getvalue())
