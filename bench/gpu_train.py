@@ -11,7 +11,7 @@ its top kernels: a step far above its kernel time is host- or launch-bound.
 
     python bench/gpu_train.py                                   # on a GPU, the loop's defaults
     python bench/gpu_train.py --compile default --pad-multiple 8 --profile
-    python bench/gpu_train.py --matrix --out "$OUT/gpu_matrix.json"   # every speed setting
+    python bench/gpu_train.py --matrix --profile --out "$OUT/gpu_matrix.json"  # every setting
     python bench/gpu_train.py --preset tiny --steps 2 --batch 8         # CPU smoke check
 
 `--matrix` runs the `train.speed` settings (prh.train.SpeedConfig) one after another in one
@@ -63,15 +63,15 @@ TINY = TextEncoderConfig(hidden=64, layers=2, heads=4, intermediate=128)  # CPU 
 # --matrix: (name, arm, speed), the loop's CUDA default first, then one change at a time.
 MATRIX: tuple[tuple[str, str, SpeedConfig], ...] = (
     ("eager one-pass", "good", SpeedConfig()),
-    ("eager split", "good", SpeedConfig(passes="split")),
     ("compile one-pass pad8", "good", SpeedConfig(compile="default", pad_multiple=8)),
     ("cudagraphs one-pass pad8", "good", SpeedConfig(compile="reduce-overhead", pad_multiple=8)),
+    ("eager split", "good", SpeedConfig(passes="split")),
+    ("cudagraphs split pad8", "good",
+     SpeedConfig(compile="reduce-overhead", passes="split", pad_multiple=8)),
     ("compile split pad8", "good",
      SpeedConfig(compile="default", passes="split", pad_multiple=8)),
     ("eager ntp", "ntp", SpeedConfig()),
-    ("compile ntp pad8", "ntp", SpeedConfig(compile="default", pad_multiple=8)),
-    ("cudagraphs split pad8", "good",
-     SpeedConfig(compile="reduce-overhead", passes="split", pad_multiple=8)),
+    ("cudagraphs ntp pad8", "ntp", SpeedConfig(compile="reduce-overhead", pad_multiple=8)),
 )
 
 
@@ -283,7 +283,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="GPU busy share and top kernels")
     ap.add_argument("--matrix", action="store_true", help="run every speed setting")
     ap.add_argument("--variants", default="", help="--matrix: comma-separated names only")
-    ap.add_argument("--budget-s", type=float, default=420.0,
+    ap.add_argument("--budget-s", type=float, default=360.0,
                     help="--matrix: start no variant after this many seconds")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     a = ap.parse_args()

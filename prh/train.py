@@ -78,8 +78,9 @@ DEFAULT_SOURCES: dict[str, str] = {
     "amp": "bf16 autocast on CUDA (lejepa README: bf16); never on CPU",
     "seed": "seed 0, as the rerun article's single run",
     "speed": "assumed: eager, no padding rounding; one padded pass on CUDA (bench/gpu_train.py "
-             "on an H200: 163 vs 179 ms per BERT-S step), global/local passes on CPU. Changes "
-             "float rounding only; `python bench/gpu_train.py --matrix` times the alternatives",
+             "on an H200, before batch building was vectorised: 163 vs 179 ms per BERT-S "
+             "step), global/local passes on CPU. Changes float rounding only; "
+             "`python bench/gpu_train.py --matrix` times the alternatives",
 }
 
 
