@@ -1,0 +1,35 @@
+"""bench/gpu_train.py runs end to end on the CPU (tiny preset), so a GPU session's one prepared
+command does not die on a code path: the matrix writes one record per variant, and the
+figures it prints are consistent with the token counts."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
+    out = tmp_path / "matrix.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), "--preset", "tiny", "--matrix",
+         "--variants", "eager one-pass,eager split,eager ntp", "--batch", "8", "--steps", "2",
+         "--warmup", "1", "--device", "cpu", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = json.loads(out.read_text())
+    assert [r["name"] for r in records] == ["eager one-pass", "eager split", "eager ntp"]
+    for r in records:
+        assert "error" not in r, r
+        assert r["step_s"] > 0 and 0 < r["tokens_per_step"] <= r["padded_tokens_per_step"]
+        assert r["flickr_arm_s"] == r["step_s"] * math.ceil(29_000 / 8) * 200
+    one, split, ntp = records
+    assert one["tokens_per_step"] > 8 * 8  # 8 photos x 8 views, at least [CLS] .. [SEP] each
+    assert split["padded_tokens_per_step"] < one["padded_tokens_per_step"]  # less padding
+    assert (one["speed"]["passes"], split["speed"]["passes"]) == ("one", "split")
+    assert ntp["arm"] == "ntp"
+    assert "projected 200-epoch Flickr30k arm" in proc.stdout
