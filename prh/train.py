@@ -107,11 +107,15 @@ class SpeedConfig:
     CUDA graphs). passes: encode global and local views in one padded pass or in two ("auto":
     two on CPU, one on CUDA). pad_multiple: round each batch's width up to a multiple of this,
     so a compiled encoder meets a few shapes (at most max_len / pad_multiple) instead of one per
-    longest view."""
+    longest view. checkpoint_every: epochs between checkpoints (the last epoch always writes
+    one); a BERT-S checkpoint with its AdamW state is 453 MiB, about a second to write, so one
+    per epoch costs minutes per 200-epoch arm. A killed run redoes the epochs since its last
+    checkpoint, to the same result."""
 
     compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"
     passes: Literal["auto", "one", "split"] = "auto"
     pad_multiple: int = 1
+    checkpoint_every: int = 1
 
     def split(self, device: torch.device) -> bool:
         """Whether global and local views go through the encoder in separate passes."""
@@ -171,6 +175,8 @@ class TrainConfig:
             (self.eval_every >= 1, "eval_every", "evaluate every 1 or more epochs"),
             (1 <= self.speed.pad_multiple <= self.max_len, "speed.pad_multiple",
              "use 1 (no rounding) up to max_len; 8 suits compiled CUDA steps"),
+            (self.speed.checkpoint_every >= 1, "speed.checkpoint_every",
+             "write a checkpoint every 1 or more epochs"),
             (self.model.hidden % self.model.heads == 0, "model.hidden",
              f"make it a multiple of model.heads={self.model.heads}"),
             (0 <= self.model.dropout < 1, "model.dropout", "use a value in [0, 1)"),
@@ -492,12 +498,12 @@ def train_text_encoder(
                     metrics.update(eval_hook(epoch, encode))
             curve.append(metrics)
             if ctx.rank == 0:
-                write_checkpoint(ckpt_path, {
-                    "format": CHECKPOINT_FORMAT, "identity": identity, "config": resolved,
-                    "net": net.state_dict(), "sigreg": sigreg.state_dict(),
-                    "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step,
-                    "curve": curve, "rng": rng_states(),
-                    "tokenizer_files": tok_files})
+                if epoch % cfg.speed.checkpoint_every == 0 or epoch == cfg.epochs:
+                    write_checkpoint(ckpt_path, {
+                        "format": CHECKPOINT_FORMAT, "identity": identity, "config": resolved,
+                        "net": net.state_dict(), "sigreg": sigreg.state_dict(),
+                        "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step,
+                        "curve": curve, "rng": rng_states(), "tokenizer_files": tok_files})
                 write_json(out_dir / "curve.json", curve)
                 if on_epoch is not None:
                     with rng_untouched():

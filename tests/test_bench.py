@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,7 +28,9 @@ def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
     for r in records:
         assert "error" not in r, r
         assert r["step_s"] > 0 and 0 < r["tokens_per_step"] <= r["padded_tokens_per_step"]
-        assert r["flickr_arm_s"] == r["step_s"] * math.ceil(29_000 / 8) * 200
+        assert r["checkpoints_per_arm"] == 20 and r["checkpoint_s"] > 0  # --checkpoint-every 10
+        assert r["flickr_arm_s"] == pytest.approx(
+            r["step_s"] * math.ceil(29_000 / 8) * 200 + 20 * r["checkpoint_s"])
     one, split, ntp = records
     assert one["tokens_per_step"] > 8 * 8  # 8 photos x 8 views, at least [CLS] .. [SEP] each
     assert split["padded_tokens_per_step"] < one["padded_tokens_per_step"]  # less padding

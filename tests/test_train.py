@@ -90,6 +90,7 @@ def test_defaults_round_trip_through_a_dict() -> None:
     ({"speed": {"pad_multiple": 0}}, r"train.speed.pad_multiple=0 is out of range: use 1"),
     ({"speed": {"compile": "fast"}}, r"train.speed.compile='fast': use one of \['none', "),
     ({"speed": {"passes": 2}}, r"train.speed.passes=2: use one of \['auto', 'one', 'split'\]"),
+    ({"speed": {"checkpoint_every": 0}}, r"train.speed.checkpoint_every=0 is out of range"),
 ])
 def test_bad_configs_name_the_key_and_the_fix(d: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -234,6 +235,28 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(corpus, tmp_path: Path,
     curve_a = json.loads((tmp_path / "full" / "curve.json").read_text())
     assert curve_a == json.loads((tmp_path / "resumed" / "curve.json").read_text())
     assert [r["epoch"] for r in curve_a] == [1, 2, 3]
+
+
+def test_sparse_checkpoints_resume_from_the_last_one_to_the_same_result(corpus,
+                                                                          tmp_path: Path) -> None:
+    """checkpoint_every 2 over 4 epochs: killed after epoch 3, the run holds the epoch-2
+    checkpoint, redoes epoch 3 and ends where the uninterrupted run (and the run that writes a
+    checkpoint every epoch) ends."""
+    photos, tok = corpus
+    cfg = tiny_cfg(epochs=4, speed={"checkpoint_every": 2})
+    every_epoch = train_text_encoder(tiny_cfg(epochs=4), photos, tok, tmp_path / "every")
+    full = train_text_encoder(cfg, photos, tok, tmp_path / "full")
+    with pytest.raises(Killed):
+        train_text_encoder(cfg, photos, tok, tmp_path / "resumed", on_epoch=_kill_after(3))
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["epoch"] == 2
+    seen: list[int] = []
+    resumed = train_text_encoder(cfg, photos, tok, tmp_path / "resumed",
+                                 on_epoch=lambda e, m: seen.append(e))
+    assert seen == [3, 4]
+    assert resumed == full == every_epoch
+    nets = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["net"]
+            for d in ("full", "resumed")]
+    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
 def test_resume_refuses_a_checkpoint_from_another_config(corpus, tmp_path: Path) -> None:
