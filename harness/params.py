@@ -223,7 +223,8 @@ def provenance(params: Params) -> list[dict[str, Any]]:
         source, citation = OTHER_SOURCES.get(key, ("assumed", "chosen by us"))
         if key.startswith("train."):
             sub = key.removeprefix("train.")
-            citation = DEFAULT_SOURCES.get(sub.split(".")[0], "assumed: chosen by us")
+            citation = DEFAULT_SOURCES.get(sub, DEFAULT_SOURCES.get(sub.split(".")[0],
+                                                                "assumed: chosen by us"))
             source = ("assumed" if citation.startswith("assumed") else
                       "rerun_article" if "rerun article" in citation else "upstream default")
             if params.profile == "world" and defaults.get(sub) != value:

@@ -77,10 +77,14 @@ DEFAULT_SOURCES: dict[str, str] = {
     "eval_every": "assumed: 10 epochs (the article's curves are per epoch; set 1 to match)",
     "amp": "bf16 autocast on CUDA (lejepa README: bf16); never on CPU",
     "seed": "seed 0, as the rerun article's single run",
-    "speed": "assumed: eager, no padding rounding; one padded pass on CUDA (bench/gpu_train.py "
-             "on an H200, before batch building was vectorised: 163 vs 179 ms per BERT-S "
-             "step), global/local passes on CPU. Changes float rounding only; "
-             "`python bench/gpu_train.py --matrix` times the alternatives",
+    # how a step runs (SpeedConfig): float rounding only, not the method
+    "speed.compile": "assumed: eager; compiled modes compute the same loss and gradients "
+                     "(tests/test_train.py); `bench/gpu_train.py --matrix` times them on a GPU",
+    "speed.passes": "assumed: one padded pass on CUDA (an H200, before batch building was "
+                    "vectorised: 163 vs 179 ms per BERT-S step), global and local passes on CPU",
+    "speed.pad_multiple": "assumed: 1, each batch cut to its longest view",
+    "speed.checkpoint_every": "assumed: every 10 epochs (and the last); a BERT-S checkpoint "
+                              "with its AdamW state is 453 MiB, 0.7-1.6 s to write",
 }
 
 
@@ -115,7 +119,7 @@ class SpeedConfig:
     compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"
     passes: Literal["auto", "one", "split"] = "auto"
     pad_multiple: int = 1
-    checkpoint_every: int = 1
+    checkpoint_every: int = 10
 
     def split(self, device: torch.device) -> bool:
         """Whether global and local views go through the encoder in separate passes."""

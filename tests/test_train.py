@@ -58,7 +58,7 @@ def corpus():
 def tiny_cfg(**kw) -> TrainConfig:
     d = {"arm": "good", "seed": 3, "epochs": 3, "batch_size": 4, "lr": 1e-3, "warmup_epochs": 1,
          "n_slices": 16, "max_len": 16, "eval_every": 1, "device": "cpu", "grad_clip": 1.0,
-         "model": TINY_MODEL}
+         "model": TINY_MODEL, "speed": {"checkpoint_every": 1}}
     return TrainConfig.from_dict({**d, **kw})
 
 
@@ -244,7 +244,8 @@ def test_sparse_checkpoints_resume_from_the_last_one_to_the_same_result(corpus,
     checkpoint every epoch) ends."""
     photos, tok = corpus
     cfg = tiny_cfg(epochs=4, speed={"checkpoint_every": 2})
-    every_epoch = train_text_encoder(tiny_cfg(epochs=4), photos, tok, tmp_path / "every")
+    every_epoch = train_text_encoder(tiny_cfg(epochs=4, speed={"checkpoint_every": 1}), photos,
+                                     tok, tmp_path / "every")
     full = train_text_encoder(cfg, photos, tok, tmp_path / "full")
     with pytest.raises(Killed):
         train_text_encoder(cfg, photos, tok, tmp_path / "resumed", on_epoch=_kill_after(3))
