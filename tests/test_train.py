@@ -314,11 +314,14 @@ def test_good_views_learn_a_real_signal_on_a_toy_corpus(corpus, tmp_path: Path) 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bf16_run_and_reload(corpus, tmp_path: Path) -> None:
-    """The GPU path: bf16 autocast, SIGReg in fp32, checkpoint moved back to the CPU."""
+    """The GPU path: bf16 autocast, SIGReg in fp32, pinned batch copies, checkpoint moved back
+    to the CPU; also with the encoder compiled into CUDA graphs."""
     photos, tok = corpus
-    for arm in ("good", "ntp"):
-        out = train_text_encoder(tiny_cfg(arm=arm, epochs=2, device="cuda", amp=True), photos,
-                                 tok, tmp_path / arm)
+    runs = {"good": {}, "ntp": {}, "good-cudagraphs": {"compile": "reduce-overhead",
+                                                       "pad_multiple": 8}}
+    for arm, speed in runs.items():
+        out = train_text_encoder(tiny_cfg(arm=arm.split("-")[0], epochs=2, device="cuda",
+                                          amp=True, speed=speed), photos, tok, tmp_path / arm)
         assert math.isfinite(out["loss"])
         config = json.loads((tmp_path / arm / "config.json").read_text())
         assert config["device"].startswith("cuda")
@@ -326,20 +329,24 @@ def test_cuda_bf16_run_and_reload(corpus, tmp_path: Path) -> None:
         assert emb.shape == (16, 16) and np.isfinite(emb).all()
 
 
-def _ddp_worker(rank: int, port: int, out: str) -> None:
+def _ddp_worker(rank: int, port: int, out: str, compile_mode: str) -> None:
     import os
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
                       RANK=str(rank), LOCAL_RANK=str(rank))
     photos = toy_photos()
     tok = train_tokenizer([c for p in photos for c in p.captions], vocab_size=120)
-    train_text_encoder(tiny_cfg(epochs=2), photos, tok, Path(out) / f"rank{rank}")
+    train_text_encoder(tiny_cfg(epochs=2, speed={"compile": compile_mode, "pad_multiple": 8,
+                                                 "checkpoint_every": 1}),
+                       photos, tok, Path(out) / f"rank{rank}")
 
 
 @pytest.mark.slow
-def test_two_rank_gloo_run_keeps_replicas_identical(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compile_mode", ["none", "default"])
+def test_two_rank_gloo_run_keeps_replicas_identical(tmp_path: Path, compile_mode: str) -> None:
     """torchrun-style env on CPU (gloo): both ranks train in step, only rank 0 writes, and
-    config.json records world size 2 and the SIGReg weight it implies (lamb B V W)."""
+    config.json records world size 2 and the SIGReg weight it implies (lamb B V W); also with
+    a compiled encoder under DDP."""
     import socket
 
     import torch.multiprocessing as mp
@@ -347,7 +354,7 @@ def test_two_rank_gloo_run_keeps_replicas_identical(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(port, str(tmp_path), compile_mode), nprocs=2, join=True)
     config = json.loads((tmp_path / "rank0" / "config.json").read_text())
     assert config["world_size"] == 2
     assert config["effective_sigreg_weight"] == pytest.approx(0.02 * 4 * 8 * 2)
