@@ -14,6 +14,7 @@ its top kernels: a step far above its kernel time is host- or launch-bound.
     python bench/gpu_train.py --matrix --profile --out "$OUT/gpu_matrix.json"  # every setting
     python bench/gpu_train.py --preset tiny --steps 2 --batch 8         # CPU smoke check
 
+`bench/gpu_session.sh` runs this matrix after the CUDA tests, as one device call.
 `--matrix` runs the `train.speed` settings (prh.train.SpeedConfig) one after another in one
 process, most informative first, writes the JSON after each, and starts no new variant once
 `--budget-s` seconds have passed, so a GPU session with a fixed time still returns its figures.
