@@ -238,7 +238,7 @@ def train_cli(argv: list[str]) -> int:
     from prh.data import load_karpathy
     from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
-    from prh.train import load_text_encoder, train_text_encoder
+    from prh.train import load_text_encoder, resolved_lamb, train_text_encoder
 
     from . import tracking
     from .fingerprint import environment_fingerprint
@@ -257,8 +257,9 @@ def train_cli(argv: list[str]) -> int:
     work = WORK_DIR / f"{name}-{cfg_hash}"
     data_hash = file_hash(corpus.path)
     fit, test = corpus.split("val"), corpus.split("test")
-    eff = effective_sigreg_weight(cfg.lamb, cfg.batch_size, cfg.views.n_global + cfg.views.n_local,
-                                  1) if args.arm != "ntp" else None
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it; 1 otherwise
+    eff = effective_sigreg_weight(resolved_lamb(cfg, world), cfg.batch_size, cfg.n_views(),
+                                  world) if args.arm != "ntp" else None
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
             "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,

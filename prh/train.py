@@ -45,7 +45,13 @@ from prh.checkpoint import (
 from prh.config import dataclass_from_dict
 from prh.data import Photo
 from prh.io import ContractError, write_json
-from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
+from prh.losses import (
+    SIGReg,
+    effective_sigreg_weight,
+    lamb_for_effective_weight,
+    lejepa_loss,
+    ntp_loss,
+)
 from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
 from prh.views import ViewConfig, check_fits, collate_ntp, padded_width
@@ -60,6 +66,10 @@ A0 = "the rerun article (000_03f36f523aa97921.txt)"
 DEFAULT_SOURCES: dict[str, str] = {
     "epochs": f"{A0}, 'Can a Text Model Match Photos...': all three arms ran 200 epochs",
     "lamb": f"{A0}, 'The loss brings view vectors together': stable-pretraining default .02",
+    "sigreg_weight": f"assumed: 0, off (lamb as given). {A0} ('The loss brings view vectors "
+                     "together'): the statistic is scaled by views x batch per GPU x GPUs, so "
+                     "128 per GPU at .02 matches .01 at 256; a positive value holds that "
+                     "product fixed (the paper's: .02 x 256 x 8 x 1 = 40.96)",
     "n_slices": f"{A0}, 'The loss brings view vectors together': 1,024 random unit directions",
     "views": f"{A0}, 'The line that separates good from bad': 2 global views keeping 50-100%, "
              "6 local keeping 15-50%, 15% of tokens masked",
@@ -139,6 +149,7 @@ class TrainConfig:
     warmup_epochs: int = 10
     grad_clip: float = 0.0  # max gradient norm; 0 = off
     lamb: float = 0.02
+    sigreg_weight: float = 0.0  # > 0: hold lamb x batch x views x GPUs here (`resolved_lamb`)
     n_slices: int = 1024
     max_len: int = 64  # tokens per sequence, specials included
     eval_every: int = 10
@@ -175,6 +186,8 @@ class TrainConfig:
             (0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", "use 0..epochs"),
             (self.grad_clip >= 0, "grad_clip", "use 0 (off) or a positive max norm"),
             (self.lamb >= 0, "lamb", "use 0 or a positive SIGReg weight (the paper: .02)"),
+            (self.sigreg_weight >= 0, "sigreg_weight",
+             "use 0 (lamb as given) or the effective weight to hold (the paper: 40.96)"),
             (self.n_slices >= 1, "n_slices", "use at least 1 direction (the paper: 1024)"),
             (self.eval_every >= 1, "eval_every", "evaluate every 1 or more epochs"),
             (1 <= self.speed.pad_multiple <= self.max_len, "speed.pad_multiple",
@@ -215,6 +228,16 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float) -> flo
     progress = min((step - warmup_steps) / span, 1.0)
     final = base_lr * FINAL_LR_RATIO
     return final + 0.5 * (base_lr - final) * (1 + math.cos(math.pi * progress))
+
+
+def resolved_lamb(cfg: TrainConfig, world_size: int) -> float:
+    """The lamb a run uses: `cfg.lamb`, or with `cfg.sigreg_weight` > 0 the lamb that gives that
+    effective SIGReg weight at this batch per GPU, view count and world size, so changing the
+    batch or the GPU count keeps the regulariser's strength (prh.losses.effective_sigreg_weight)."""
+    if cfg.sigreg_weight == 0:
+        return cfg.lamb
+    return lamb_for_effective_weight(cfg.sigreg_weight, cfg.batch_size, cfg.n_views(),
+                                     world_size)
 
 
 def encoder_config(cfg: TrainConfig, tokenizer: Tokenizer) -> TextEncoderConfig:
@@ -461,7 +484,10 @@ def train_text_encoder(
         total_steps = cfg.epochs * steps_per_epoch
         warmup_steps = cfg.warmup_epochs * steps_per_epoch
         start_epoch, step, curve = _resume(ckpt_path, identity, net, sigreg, optimizer)
-        resolved = _resolved_config(cfg, enc_cfg, identity, ctx, net, steps_per_epoch)
+        # the loss's lamb for this world size (cfg.sigreg_weight holds the effective weight)
+        step_cfg = replace(cfg, lamb=resolved_lamb(cfg, ctx.world))
+        resolved = _resolved_config(cfg, step_cfg.lamb, enc_cfg, identity, ctx, net,
+                                    steps_per_epoch)
         if ctx.rank == 0:
             write_json(out_dir / "config.json", resolved)
         model = net if ctx.world == 1 else nn.parallel.DistributedDataParallel(
@@ -485,8 +511,8 @@ def train_text_encoder(
                           if cfg.arm == "ntp" else
                           jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
                                       split, pad_multiple))
-                terms = train_step(model, net, sigreg, optimizer, groups, cfg, tokenizer.pad_id,
-                                   ctx.device, lr)
+                terms = train_step(model, net, sigreg, optimizer, groups, step_cfg,
+                                   tokenizer.pad_id, ctx.device, lr)
                 step += 1
                 for k, v in terms.items():
                     sums[k] = sums[k] + v.double() if k in sums else v.double()
@@ -520,13 +546,14 @@ def train_text_encoder(
             dist.destroy_process_group()
 
 
-def _resolved_config(cfg: TrainConfig, enc_cfg: TextEncoderConfig, identity: str, ctx: _Dist,
-                     net: _Net, steps_per_epoch: int) -> dict[str, Any]:
-    """config.json: the config as run, with what it implies (world size, SIGReg weight)."""
+def _resolved_config(cfg: TrainConfig, lamb: float, enc_cfg: TextEncoderConfig, identity: str,
+                     ctx: _Dist, net: _Net, steps_per_epoch: int) -> dict[str, Any]:
+    """config.json: the config as run, with what it implies (world size, the lamb the loss
+    uses, the effective SIGReg weight)."""
     sigreg_weight = 0.0 if cfg.arm == "ntp" else effective_sigreg_weight(
-        cfg.lamb, cfg.batch_size, cfg.n_views(), ctx.world)
+        lamb, cfg.batch_size, cfg.n_views(), ctx.world)
     return {"train": cfg.to_dict(), "encoder": asdict(enc_cfg), "identity": identity,
-            "world_size": ctx.world, "device": str(ctx.device),
+            "world_size": ctx.world, "device": str(ctx.device), "lamb": lamb,
             "n_parameters": count_parameters(net), "steps_per_epoch": steps_per_epoch,
             "effective_sigreg_weight": sigreg_weight, "default_sources": DEFAULT_SOURCES}
 

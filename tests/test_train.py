@@ -24,6 +24,7 @@ from prh.train import (
     jepa_batch,
     load_text_encoder,
     lr_at,
+    resolved_lamb,
     step_loss,
     tokenize_captions,
     train_text_encoder,
@@ -83,6 +84,7 @@ def test_defaults_round_trip_through_a_dict() -> None:
     ({"views": {"local_scale": [0.1]}}, r"train.views.local_scale=\[0.1\]: expected a list of 2"),
     ({"arm": "jepa"}, r"train.arm='jepa': use one of \['good', 'bad', 'ntp'\]"),
     ({"lamb": -0.01}, r"train.lamb=-0.01 is out of range: use 0 or a positive SIGReg weight"),
+    ({"sigreg_weight": -1}, r"train.sigreg_weight=-1.0 is out of range: use 0 \(lamb as given"),
     ({"epochs": 0}, r"train.epochs=0 is out of range: train for at least 1 epoch"),
     ({"max_len": 2}, r"train.max_len=2: the views cannot fit .*raise train.max_len"),
     ({"views": {"local_scale": [0.6, 0.5]}}, r"train.views: ViewConfig.local_scale"),
@@ -258,6 +260,28 @@ def test_sparse_checkpoints_resume_from_the_last_one_to_the_same_result(corpus,
     nets = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["net"]
             for d in ("full", "resumed")]
     assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
+
+
+def test_sigreg_weight_holds_the_effective_weight_when_the_batch_changes(corpus,
+                                                                          tmp_path: Path) -> None:
+    """sigreg_weight 0.64 (= .02 x 4 photos x 8 views x 1 GPU): batch 4 runs lamb .02, batch 2
+    runs lamb .04 (the rerun article's 128-at-.02 vs 256-at-.01, halved); the loss of every
+    epoch is inv + that lamb x sigreg, and config.json records both."""
+    photos, tok = corpus
+    for batch, lamb in ((4, 0.02), (2, 0.04)):
+        out = tmp_path / f"b{batch}"
+        train_text_encoder(tiny_cfg(batch_size=batch, lamb=0.5, sigreg_weight=0.64), photos,
+                           tok, out)
+        config = json.loads((out / "config.json").read_text())
+        assert config["lamb"] == pytest.approx(lamb, rel=1e-12)
+        assert config["effective_sigreg_weight"] == pytest.approx(0.64, rel=1e-12)
+        assert config["train"]["lamb"] == 0.5  # what the user set is kept as set
+        for r in json.loads((out / "curve.json").read_text()):
+            assert r["loss"] == pytest.approx(r["inv"] + lamb * r["sigreg"], rel=1e-5)
+    two_gpus = resolved_lamb(tiny_cfg(sigreg_weight=0.64), world_size=2)
+    assert two_gpus == pytest.approx(0.01, rel=1e-12)  # twice the GPUs, half the lamb
+    plain = train_text_encoder(tiny_cfg(lamb=0.5), photos, tok, tmp_path / "plain")
+    assert plain["loss"] == pytest.approx(plain["inv"] + 0.5 * plain["sigreg"], rel=1e-5)
 
 
 def test_resume_refuses_a_checkpoint_from_another_config(corpus, tmp_path: Path) -> None:
