@@ -121,6 +121,8 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
                       device=device, model=model_cfg, speed=speed)
     dev = torch.device("cuda" if device == "cuda" or (device == "auto" and
                        torch.cuda.is_available()) else "cpu")
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)  # this variant's peak, not the matrix's
     t0 = time.perf_counter()
     net, sigreg, optimizer = build_modules(cfg, encoder_config(cfg, tokenizer), dev)
     views = view_config(cfg, tokenizer)

@@ -238,7 +238,13 @@ def train_cli(argv: list[str]) -> int:
     from prh.data import load_karpathy
     from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
-    from prh.train import load_text_encoder, resolved_lamb, train_text_encoder
+    from prh.train import (
+        encoder_config,
+        load_text_encoder,
+        resolved_lamb,
+        run_identity,
+        train_text_encoder,
+    )
 
     from . import tracking
     from .fingerprint import environment_fingerprint
@@ -253,18 +259,19 @@ def train_cli(argv: list[str]) -> int:
     except ContractError as e:
         return _fail(e)
     name = run_name(args.arm, args.seed)
-    cfg_hash = hashlib.sha256(repr(cfg).encode()).hexdigest()[:12]
+    cfg_hash = run_identity(cfg, encoder_config(cfg, tokenizer))[:12]  # speed settings aside
     work = WORK_DIR / f"{name}-{cfg_hash}"
     data_hash = file_hash(corpus.path)
     fit, test = corpus.split("val"), corpus.split("test")
     world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it; 1 otherwise
-    eff = effective_sigreg_weight(resolved_lamb(cfg, world), cfg.batch_size, cfg.n_views(),
-                                  world) if args.arm != "ntp" else None
+    lamb = resolved_lamb(cfg, world) if args.arm != "ntp" else None
+    eff = (effective_sigreg_weight(lamb, cfg.batch_size, cfg.n_views(), world)
+           if lamb is not None else None)
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
             "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,
             "data_hash": data_hash, "config_hash": cfg_hash,
-            "effective_sigreg_weight": eff, **tracking.git_state(),
+            "lamb_used": lamb, "effective_sigreg_weight": eff, **tracking.git_state(),
             **{f"env.{k}": v for k, v in env.items()}}
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)

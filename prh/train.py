@@ -87,7 +87,7 @@ DEFAULT_SOURCES: dict[str, str] = {
     "eval_every": "assumed: 10 epochs (the article's curves are per epoch; set 1 to match)",
     "amp": "bf16 autocast on CUDA (lejepa README: bf16); never on CPU",
     "seed": "seed 0, as the rerun article's single run",
-    # how a step runs (SpeedConfig): float rounding only, not the method
+    # how a step runs (SpeedConfig): same method; float rounding and dropout draws differ
     "speed.compile": "assumed: eager; compiled modes compute the same loss and gradients "
                      "(tests/test_train.py); `bench/gpu_train.py --matrix` times them on a GPU",
     "speed.passes": "assumed: one padded pass on CUDA (an H200, before batch building was "
@@ -114,8 +114,11 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class SpeedConfig:
-    """How a step is computed; none of it changes the method (the loss is the same up to float
-    rounding: padding is masked, and compiled kernels compute the same functions).
+    """How a step is computed; none of it changes the method: padding is masked and compiled
+    kernels compute the same functions, so the loss is the same up to float rounding, and with
+    dropout > 0 up to which units are dropped (other mask shapes, or inductor's own random
+    stream, draw other dropout masks from the same distribution). Not part of `run_identity`:
+    a killed run may resume under other speed settings.
 
     compile: `torch.compile` mode for the BERT encoder ("none" = eager; "reduce-overhead" adds
     CUDA graphs). passes: encode global and local views in one padded pass or in two ("auto":
@@ -250,8 +253,10 @@ def encoder_config(cfg: TrainConfig, tokenizer: Tokenizer) -> TextEncoderConfig:
 
 
 def run_identity(cfg: TrainConfig, enc_cfg: TextEncoderConfig) -> str:
-    """sha256 of the resolved config; a checkpoint resumes only under the same identity."""
-    blob = json.dumps({"train": cfg.to_dict(), "encoder": asdict(enc_cfg)}, sort_keys=True)
+    """sha256 of the resolved config without its speed settings (they do not change the
+    method); a checkpoint resumes only under the same identity."""
+    train = {k: v for k, v in cfg.to_dict().items() if k != "speed"}
+    blob = json.dumps({"train": train, "encoder": asdict(enc_cfg)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -458,9 +463,10 @@ def train_text_encoder(
 ) -> dict[str, float]:
     """Train one arm on `photos`; resume from out_dir/checkpoint.pt when it matches `cfg`.
 
-    Writes out_dir/{config.json, curve.json, checkpoint.pt} (rank 0, atomically, every
-    epoch). `eval_hook(epoch, encode)` runs every `cfg.eval_every` epochs and at the last one;
-    it and `on_epoch(epoch, metrics)` run on rank 0 only. Returns the last epoch's metrics.
+    Writes out_dir/config.json at the start, curve.json every epoch and checkpoint.pt every
+    `cfg.speed.checkpoint_every` epochs and at the last (rank 0, atomically).
+    `eval_hook(epoch, encode)` runs every `cfg.eval_every` epochs and at the last one; it and
+    `on_epoch(epoch, metrics)` run on rank 0 only. Returns the last epoch's metrics.
     """
     cfg.validate()
     if not photos:

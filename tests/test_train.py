@@ -284,6 +284,18 @@ def test_sigreg_weight_holds_the_effective_weight_when_the_batch_changes(corpus,
     assert plain["loss"] == pytest.approx(plain["inv"] + 0.5 * plain["sigreg"], rel=1e-5)
 
 
+def test_resume_under_other_speed_settings_continues_the_run(corpus, tmp_path: Path) -> None:
+    """Speed settings are not part of a run's identity: a run killed under one compile mode,
+    padding and checkpoint cadence resumes under others (a failed compile can go on eager)."""
+    photos, tok = corpus
+    with pytest.raises(Killed):
+        train_text_encoder(tiny_cfg(), photos, tok, tmp_path / "run", on_epoch=_kill_after(1))
+    seen: list[int] = []
+    faster = tiny_cfg(speed={"passes": "one", "pad_multiple": 8, "checkpoint_every": 5})
+    train_text_encoder(faster, photos, tok, tmp_path / "run", on_epoch=lambda e, m: seen.append(e))
+    assert seen == [2, 3]
+
+
 def test_resume_refuses_a_checkpoint_from_another_config(corpus, tmp_path: Path) -> None:
     photos, tok = corpus
     train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path)
@@ -338,15 +350,17 @@ def test_good_views_learn_a_real_signal_on_a_toy_corpus(corpus, tmp_path: Path) 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bf16_run_and_reload(corpus, tmp_path: Path) -> None:
-    """The GPU path: bf16 autocast, SIGReg in fp32, pinned batch copies, checkpoint moved back
-    to the CPU; also with the encoder compiled into CUDA graphs."""
+    """The GPU path: bf16 autocast, SIGReg in fp32, pinned batch copies, the evaluation hook
+    every epoch, checkpoint moved back to the CPU; also with the encoder compiled into CUDA
+    graphs (training and evaluation shapes)."""
     photos, tok = corpus
     runs = {"good": {}, "ntp": {}, "good-cudagraphs": {"compile": "reduce-overhead",
                                                        "pad_multiple": 8}}
     for arm, speed in runs.items():
         out = train_text_encoder(tiny_cfg(arm=arm.split("-")[0], epochs=2, device="cuda",
-                                          amp=True, speed=speed), photos, tok, tmp_path / arm)
-        assert math.isfinite(out["loss"])
+                                          amp=True, speed=speed), photos, tok, tmp_path / arm,
+                                 eval_hook=_mean_norm_hook([p.captions[0] for p in photos]))
+        assert math.isfinite(out["loss"]) and math.isfinite(out["mean_norm"])
         config = json.loads((tmp_path / arm / "config.json").read_text())
         assert config["device"].startswith("cuda")
         emb = load_text_encoder(tmp_path / arm)([p.captions[0] for p in photos])
