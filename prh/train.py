@@ -94,7 +94,7 @@ DEFAULT_SOURCES: dict[str, str] = {
                     "vectorised: 163 vs 179 ms per BERT-S step), global and local passes on CPU",
     "speed.pad_multiple": "assumed: 1, each batch cut to its longest view",
     "speed.checkpoint_every": "assumed: every 10 epochs (and the last); a BERT-S checkpoint "
-                              "with its AdamW state is 453 MiB, 0.7-1.6 s to write",
+                              "with its AdamW state is 453 MiB, 0.7-2.0 s to write",
 }
 
 
