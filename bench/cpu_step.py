@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import yaml
 
-from prh.batches import CaptionBank, jepa_groups, ntp_groups
+from prh.batches import CaptionBank
 from prh.checkpoint import seed_epoch
 from prh.data import Photo
 from prh.tokenizer import train_tokenizer
@@ -35,6 +35,7 @@ from prh.train import (
     TrainConfig,
     build_modules,
     encoder_config,
+    step_groups,
     tokenize_captions,
     train_step,
     view_config,
@@ -77,8 +78,7 @@ def measure_world(photos: list[Photo], tokenizer, train: dict, arm: str, steps: 
 
     def host(k: int) -> list:
         rows = order[(k % steps_per_epoch) * cfg.batch_size:][:cfg.batch_size]
-        return (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng) if arm == "ntp" else
-                jepa_groups(bank, rows, arm == "good", views, tokenizer, rng))
+        return step_groups(bank, rows, cfg, views, tokenizer, rng, torch.device("cpu"))
 
     host_s = compute_s = 0.0
     tokens = padded = 0

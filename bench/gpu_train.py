@@ -41,7 +41,7 @@ import tokenizers
 import torch
 from tokenizers import models, normalizers, pre_tokenizers
 
-from prh.batches import CaptionBank, jepa_groups, ntp_groups
+from prh.batches import CaptionBank
 from prh.checkpoint import rng_states, write_checkpoint
 from prh.data import Photo
 from prh.models import BERT_B, BERT_S, TextEncoderConfig, count_parameters
@@ -52,6 +52,7 @@ from prh.train import (
     TrainConfig,
     build_modules,
     encoder_config,
+    step_groups,
     tokenize_captions,
     train_step,
     view_config,
@@ -129,14 +130,10 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
     bank = CaptionBank.build(photos, tokenize_captions(photos, tokenizer), views,
                              tokenizer.pad_id)
     rng = np.random.default_rng(0)
-    split = speed.split(dev)
 
     def host(k: int) -> list:  # the CPU side of step k, as the loop builds it
         rows = (np.arange(batch) + k * batch) % len(photos)
-        return (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, speed.pad_multiple)
-                if arm == "ntp" else
-                jepa_groups(bank, rows, arm == "good", views, tokenizer, rng, split,
-                            speed.pad_multiple))
+        return step_groups(bank, rows, cfg, views, tokenizer, rng, dev)
 
     def step(k: int) -> None:
         train_step(net, net, sigreg, optimizer, host(k), cfg, tokenizer.pad_id, dev, cfg.lr)

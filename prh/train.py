@@ -306,6 +306,17 @@ def ntp_batch(photos: Sequence[Photo], cfg: TrainConfig, tokenizer: Tokenizer,
                       cfg.speed.pad_multiple)
 
 
+def step_groups(bank: CaptionBank, rows: np.ndarray, cfg: TrainConfig, views: ViewConfig,
+                tokenizer: Tokenizer, rng: np.random.Generator, device: torch.device
+                ) -> list[Group]:
+    """The batch of training step for the photos `rows` of `bank`, as the loop builds it: a
+    whole caption per photo for NTP, else the views, with `cfg.speed`'s passes and padding."""
+    if cfg.arm == "ntp":
+        return ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, cfg.speed.pad_multiple)
+    return jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
+                       cfg.speed.split(device), cfg.speed.pad_multiple)
+
+
 class _Net(nn.Module):
     """Encoder + projector as one module (what DDP wraps)."""
 
@@ -485,7 +496,6 @@ def train_text_encoder(
         bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)  # token matrix, once
         tok_files = tokenizer_files(tokenizer)
         net, sigreg, optimizer = build_modules(cfg, enc_cfg, ctx.device)
-        split, pad_multiple = cfg.speed.split(ctx.device), cfg.speed.pad_multiple
         steps_per_epoch = math.ceil(len(photos) // ctx.world / cfg.batch_size)
         total_steps = cfg.epochs * steps_per_epoch
         warmup_steps = cfg.warmup_epochs * steps_per_epoch
@@ -513,10 +523,7 @@ def train_text_encoder(
             for i in range(0, len(shard), cfg.batch_size):
                 lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
                 rows = shard[i: i + cfg.batch_size]
-                groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, pad_multiple)
-                          if cfg.arm == "ntp" else
-                          jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
-                                      split, pad_multiple))
+                groups = step_groups(bank, rows, cfg, views, tokenizer, rng, ctx.device)
                 terms = train_step(model, net, sigreg, optimizer, groups, step_cfg,
                                    tokenizer.pad_id, ctx.device, lr)
                 step += 1
@@ -530,7 +537,7 @@ def train_text_encoder(
                     epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
                 with rng_untouched():
                     encode = make_encode(net.encoder, tokenizer, cfg.max_len, ctx.device,
-                                         pad_multiple=pad_multiple)
+                                         pad_multiple=cfg.speed.pad_multiple)
                     metrics.update(eval_hook(epoch, encode))
             curve.append(metrics)
             if ctx.rank == 0:
