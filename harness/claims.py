@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prh.config import ARMS
 from prh.io import ContractError, read_yaml
 
 REGISTRY = Path(__file__).with_name("claims.yaml")
@@ -39,7 +40,6 @@ METRICS = ("r_at_1", "r_at_5", "mknn10", "r_at_1_fit", "control_random_map_r_at_
            "epoch", "hyperparameter", "percent")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",
               "samples", "seeds", "epochs", "variant")
-ARMS = ("good", "bad", "ntp")
 FUNCTIONS = ("mean", "min", "max", "abs")
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}

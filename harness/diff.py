@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from prh.config import ARMS
 from prh.io import ContractError
 
-KNOWN_ARMS = ("good", "bad", "ntp")
 RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json$")
 PER_QUERY = {"r_at_1": "r_at_1_hit", "r_at_5": "r_at_5_hit", "mknn10": "mknn10"}
 PROVENANCE_KEYS = ("profile", "params_hash", "data_hash", "git_commit", "git_dirty")
@@ -97,7 +97,7 @@ def parse_spec(spec: str) -> Spec:
     if kind == "rev" and not rev:
         raise DiffError(f"{spec!r}: no git revision; write rev:REV[:FOLDER][:ARM@SEEDS]")
     arm = seeds = None
-    if parts and "/" not in parts[-1] and ("@" in parts[-1] or parts[-1] in KNOWN_ARMS):
+    if parts and "/" not in parts[-1] and ("@" in parts[-1] or parts[-1] in ARMS):
         arm_text, _, seed_text = parts.pop().partition("@")
         arm = arm_text or None
         try:

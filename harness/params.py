@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from prh.config import dataclass_from_dict
+from prh.config import ARMS, dataclass_from_dict
 from prh.io import ContractError, read_yaml
 
 PROFILES = ("world", "flickr30k")
-ARMS = ("good", "bad", "ntp")
 SECTIONS = ("data", "image", "train", "eval", "theory")
 
 

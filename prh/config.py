@@ -13,6 +13,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+# the paper's three text arms: good views, bad views, next-token prediction
+ARMS: tuple[str, ...] = ("good", "bad", "ntp")
+
 
 def dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
     """Build `cls` from `d` strictly; nested dataclass fields take nested mappings."""

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -61,6 +62,15 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The full sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

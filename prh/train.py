@@ -42,7 +42,7 @@ from prh.checkpoint import (
     tokenizer_from_files,
     write_checkpoint,
 )
-from prh.config import dataclass_from_dict
+from prh.config import ARMS, dataclass_from_dict
 from prh.data import Photo
 from prh.io import ContractError, write_json
 from prh.losses import (
@@ -56,7 +56,6 @@ from prh.models import POOLINGS, Projector, TextEncoder, TextEncoderConfig, coun
 from prh.tokenizer import Tokenizer
 from prh.views import ViewConfig, check_fits, collate_ntp, padded_width
 
-ARMS: tuple[str, ...] = ("good", "bad", "ntp")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 VIEW_KEYS = ViewConfig.SETTABLE  # the view keys params.yaml may set
 WARMUP_START = 0.01  # warmup starts at lr/100 (stable-pretraining ImageNet-10 benchmark, §1.4)
