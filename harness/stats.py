@@ -15,9 +15,10 @@ it can say what the interval is. Randomness comes only from `numpy.random.defaul
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,3 +194,197 @@ def seed_t_interval(values: Mapping[int | str, float], *, level: float = 0.95) -
     half = sps.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
     return Interval(float(x.mean() - half), float(x.mean() + half), level,
                     "t-interval of the mean over seeds", int(x.size), 0)
+
+
+# ------------------------------------------------------------------ seeds and test pairs together
+MIN_SEEDS_FOR_TRAINING_VARIANCE = 3  # fewer seeds give no usable between-seed variance (issue 11)
+
+
+@dataclass(frozen=True)
+class TwoLevel:
+    """A two-level (seeds x test pairs) estimate of a mean or of a paired gap between two arms.
+
+    `se` is the bootstrap standard error corrected for the plug-in bias at each level; `df` the
+    Welch-Satterthwaite degrees of freedom of that se (seed level: seeds - 1, pair level:
+    pairs - 1). `seed_var` is the between-seed variance of one seed's value (ddof=1; None when
+    training variance is not estimated) and `pair_var` the variance of the mean from the test
+    pairs alone; both feed `prediction_interval`.
+    """
+
+    estimate: float
+    se: float
+    df: float
+    n_seeds: int
+    n_pairs: int
+    n_resamples: int
+    seed_var: float | None
+    pair_var: float
+    method: str
+
+    @property
+    def training_variance(self) -> bool:
+        return self.seed_var is not None
+
+    def note(self) -> str:
+        if self.training_variance:
+            return ""
+        return (f"training variance not estimated ({self.n_seeds} seed(s) < "
+                f"{MIN_SEEDS_FOR_TRAINING_VARIANCE}): the interval covers test pairs only")
+
+    def interval(self, level: float = 0.95) -> Interval:
+        """estimate +- t(df) * se (Student t with the Satterthwaite df)."""
+        _check_common(level, 1)
+        half = float(sps.t.ppf(0.5 + level / 2.0, self.df)) * self.se
+        return Interval(self.estimate - half, self.estimate + half, level, self.method,
+                        self.n_pairs, self.n_resamples, self.note())
+
+    def prediction_interval(self, m_seeds: int, level: float = 0.95) -> Interval:
+        """Where the mean of an independent replication with `m_seeds` seeds on as many test
+        pairs would fall: the rerun's own uncertainty plus the replication's (seed_var / m +
+        pair_var). A replication on the very same test pairs shares their noise, so this is
+        conservative there."""
+        _check_common(level, 1)
+        if m_seeds < 1:
+            raise ValueError(f"m_seeds must be >= 1, got {m_seeds}")
+        extra = (self.seed_var or 0.0) / m_seeds + self.pair_var
+        half = float(sps.t.ppf(0.5 + level / 2.0, self.df)) * math.sqrt(self.se ** 2 + extra)
+        return Interval(self.estimate - half, self.estimate + half, level,
+                        f"prediction interval for a {m_seeds}-seed replication ({self.method})",
+                        self.n_pairs, self.n_resamples, self.note())
+
+    def to_dict(self, level: float = 0.95) -> dict[str, object]:
+        iv = self.interval(level)
+        return {"estimate": self.estimate, "se": self.se, "df": self.df, "ci": [iv.lo, iv.hi],
+                "ci_level": level, "method": self.method, "n_seeds": self.n_seeds,
+                "n_pairs": self.n_pairs, "n_resamples": self.n_resamples,
+                "seed_var": self.seed_var, "pair_var": self.pair_var,
+                "training_variance": self.training_variance, "note": self.note()}
+
+
+def _as_runs(x: np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 2:
+        raise ValueError(f"{name}: need shape (n_seeds, n_pairs) with n_pairs >= 2, "
+                         f"got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name}: {int((~np.isfinite(arr)).sum())} NaN/inf outcomes")
+    return arr
+
+
+def _seed_weights(rng: np.random.Generator, n_seeds: int, rows: int, resample: bool
+                  ) -> np.ndarray:
+    """(rows, n_seeds) weights summing to 1: seeds drawn with replacement, or all seeds equally."""
+    if not resample:
+        return np.full((rows, n_seeds), 1.0 / n_seeds)
+    draws = rng.integers(0, n_seeds, size=(rows, n_seeds))
+    return np.stack([np.bincount(d, minlength=n_seeds) for d in draws]) / n_seeds
+
+
+def _two_level(arms: list[np.ndarray], signs: list[float], n_resamples: int, seed: int
+               ) -> TwoLevel:
+    """Crossed two-level bootstrap of sum_k sign_k * mean(arm_k): each replicate redraws every
+    arm's seeds (independently: arms are trained separately), then one set of test-pair indices
+    shared by all arms and seeds (every seed of every arm is scored on the same test pairs; the
+    crossed design of Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat. 1(2)).
+
+    The replicate variance is split by level with the plug-in components and each is corrected
+    for its plug-in bias (Davison & Hinkley 1997, section 3.8: a bootstrap over S seeds sees
+    (S - 1) / S of the between-seed variance); df by Welch-Satterthwaite (1946)."""
+    n_pairs = arms[0].shape[1]
+    if any(a.shape[1] != n_pairs for a in arms):
+        raise ValueError(f"arms are scored on {[a.shape[1] for a in arms]} test pairs; a paired "
+                         "gap needs the same test pairs in the same order")
+    _check_common(0.5, n_resamples)
+    estimated = min(a.shape[0] for a in arms) >= MIN_SEEDS_FOR_TRAINING_VARIANCE
+    rng = np.random.default_rng(seed)
+    reps = np.empty(n_resamples)
+    rows = max(1, _CHUNK // n_pairs)
+    for start in range(0, n_resamples, rows):
+        stop = min(start + rows, n_resamples)
+        per_pair = sum(s * (_seed_weights(rng, a.shape[0], stop - start, estimated) @ a)
+                       for a, s in zip(arms, signs, strict=True))
+        idx = rng.integers(0, n_pairs, size=(stop - start, n_pairs))
+        reps[start:stop] = np.take_along_axis(per_pair, idx, axis=1).mean(axis=1)
+    pooled = sum(s * a.mean(axis=0) for a, s in zip(arms, signs, strict=True))
+    pair_plugin = float(np.var(pooled)) / n_pairs
+    seed_plugins = [float(np.var(a.mean(axis=1))) / a.shape[0] if estimated else 0.0
+                    for a in arms]
+    total_plugin = pair_plugin + sum(seed_plugins)
+    boot_var = float(np.var(reps, ddof=1))
+    scale = boot_var / total_plugin if total_plugin > 0 else 0.0
+    pair_v = scale * pair_plugin * n_pairs / (n_pairs - 1)
+    seed_vs = [scale * v * a.shape[0] / (a.shape[0] - 1) if estimated else 0.0
+               for v, a in zip(seed_plugins, arms, strict=True)]
+    var = pair_v + sum(seed_vs)
+    dof_terms = pair_v ** 2 / (n_pairs - 1) + sum(
+        v ** 2 / (a.shape[0] - 1) for v, a in zip(seed_vs, arms, strict=True) if estimated)
+    df = var ** 2 / dof_terms if dof_terms > 0 else float(n_pairs - 1)
+    seed_var = (sum(v * a.shape[0] for v, a in zip(seed_vs, arms, strict=True))
+                if estimated else None)
+    levels = "seeds, then test pairs" if estimated else "test pairs of the seed-mean outcome"
+    what = "paired gap" if len(arms) == 2 else "mean"
+    seeds = "/".join(str(a.shape[0]) for a in arms)
+    return TwoLevel(float(pooled.mean()), math.sqrt(var), float(df), min(a.shape[0] for a in arms),
+                    n_pairs, n_resamples, seed_var, pair_v,
+                    f"two-level bootstrap of the {what} ({levels}; {seeds} seeds, {n_pairs} "
+                    f"pairs, {n_resamples} resamples, t with Satterthwaite df)")
+
+
+def two_level_mean(x: np.ndarray, *, n_resamples: int = 2_000, seed: int = 0) -> TwoLevel:
+    """Two-level bootstrap of one arm's metric. `x[s, i]`: the outcome of test pair i under seed
+    s (e.g. an R@1 hit), shape (n_seeds, n_pairs). With fewer than 3 seeds the seeds are
+    averaged and only test pairs are resampled; `note()` says so."""
+    return _two_level([_as_runs(x, "two_level_mean")], [1.0], n_resamples, seed)
+
+
+def two_level_gap(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 2_000, seed: int = 0
+                  ) -> TwoLevel:
+    """Two-level bootstrap of mean(a) - mean(b): seeds of each arm redrawn independently, test
+    pairs redrawn jointly (paired). Shapes (n_seeds_a, n_pairs) and (n_seeds_b, n_pairs)."""
+    return _two_level([_as_runs(a, "two_level_gap a"), _as_runs(b, "two_level_gap b")],
+                      [1.0, -1.0], n_resamples, seed)
+
+
+CONTROL_KEYS = ("control_random_map_r_at_1", "control_shuffled_r_at_1", "chance_r_at_1")
+
+
+def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]],
+                   run_metrics: Mapping[tuple[str, int], Mapping[str, Mapping]],
+                   arms: Sequence[str], seeds: Sequence[int], *, k: int, level: float,
+                   n_resamples: int, seed: int) -> dict[str, object]:
+    """Every run's scores gathered per arm: `{"arms": ..., "gaps": [...]}` of results.json.
+
+    per_query[arm, seed][outcome] is the per-test-pair outcome vector [n] of one run (same
+    test pairs in every run, e.g. "r_at_1_hit"); run_metrics[arm, seed] the run file's
+    `metrics`. Per arm and metric: the seed spread of the run means and a bootstrap interval
+    over test pairs of the per-pair outcome averaged over seeds; per pair of arms and metric:
+    the paired bootstrap interval of the gap (same test pairs). Controls and chance levels are
+    reported as seed spreads only.
+    """
+    boot = {"level": level, "n_resamples": n_resamples, "seed": seed}
+    outcomes = list(per_query[arms[0], seeds[0]])
+    seed_mean = {(arm, m): np.mean([per_query[arm, s][m] for s in seeds], axis=0)
+                 for arm in arms for m in outcomes}
+    out_arms: dict[str, dict] = {}
+    for arm in arms:
+        block: dict[str, dict] = {"metrics": {}, "controls": {}}
+        for m in outcomes:
+            spread = seed_spread({str(s): float(np.mean(per_query[arm, s][m])) for s in seeds})
+            ci = bootstrap_ci(seed_mean[arm, m], **boot)
+            block["metrics"][m.removesuffix("_hit")] = {
+                **spread, **ci.to_dict(),
+                "ci_method": f"{ci.method} (test pairs; per-pair outcome averaged over seeds)"}
+        for extra in ("r_at_1_fit", *CONTROL_KEYS, f"chance_mknn{k}"):
+            values = {str(s): run_metrics[arm, s].get(extra, {}).get("value") for s in seeds}
+            if all(v is not None for v in values.values()):
+                block["metrics" if extra == "r_at_1_fit" else "controls"][extra] = \
+                    seed_spread(values)
+        out_arms[arm] = {"seeds": list(seeds), **block}
+    gaps = []
+    for a, b in itertools.combinations(arms, 2):
+        for m in outcomes:
+            diff, ci = paired_bootstrap_diff(seed_mean[a, m], seed_mean[b, m], **boot)
+            gaps.append({"a": a, "b": b, "metric": m.removesuffix("_hit"), "diff": float(diff),
+                         **ci.to_dict(),
+                         "ci_method": f"{ci.method} (per-pair outcome averaged over seeds)"})
+    return {"arms": out_arms, "gaps": gaps}
