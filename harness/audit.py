@@ -24,26 +24,21 @@ interval check of every printed CI.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
 import math
 import operator
-import sys
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.claims import (
     RULE_NAMES,
     Claim,
     decimals,
-    load_claims,
     printed_interval,
 )
-from prh.io import ContractError, read_json, write_json
+from prh.io import ContractError
 
 VERDICTS = ("reproduced", "differs", "inconclusive", "not comparable", "not rerun",
             "arithmetic holds", "arithmetic fails")
@@ -410,38 +405,3 @@ def check_params_hash(results: Mapping[str, Any], expected: str, path: str) -> N
         raise AuditError(f"{path}: params hash {got} differs from the expected {expected} "
                          "(params.yaml); rerun the pipeline (`dvc repro`) or pass the params "
                          "file the results were produced with")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _optional(path: str | None) -> Any:
-    return read_json(path) if path and Path(path).exists() else None
-
-
-def cli(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="harness audit", description=__doc__.splitlines()[0])
-    ap.add_argument("--claims", default="harness/claims.yaml")
-    ap.add_argument("--results", default="runs/results.json")
-    ap.add_argument("--theory", default="runs/theory.json")
-    ap.add_argument("--contamination", default="runs/contamination.json")
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--out", default="reports/audit.json")
-    a = ap.parse_args(argv)
-    from harness.params import load_params
-    params = load_params(a.params, validate=False)
-    results = _optional(a.results)
-    if results is not None:
-        check_params_hash(results, params.hash, a.results)
-    claims = load_claims(a.claims)
-    doc = audit(claims, Context(claims, params.profile, results, _optional(a.theory)))
-    inputs = [a.claims, a.results, a.theory, a.contamination, a.params]
-    doc["inputs"] = {p: _sha256(Path(p)) for p in inputs if Path(p).exists()}
-    write_json(a.out, doc)
-    for verdict, count in doc["summary"].items():
-        print(f"{verdict:<17} {count}")
-    bad = [r for r in doc["arithmetic"] if r["status"] != "holds"]
-    print(f"arithmetic: {len(doc['arithmetic'])} checks, {len(bad)} not holding at printed "
-          f"precision; wrote {a.out}", file=sys.stderr)
-    return 0
