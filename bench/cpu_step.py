@@ -27,19 +27,13 @@ import numpy as np
 import torch
 import yaml
 
-from prh.batches import CaptionBank
+from prh.batches import CaptionBank, step_groups, tokenize_captions
 from prh.checkpoint import seed_epoch
 from prh.data import Photo
+from prh.distributed import Process
 from prh.tokenizer import train_tokenizer
-from prh.train import (
-    TrainConfig,
-    build_modules,
-    encoder_config,
-    step_groups,
-    tokenize_captions,
-    train_step,
-    view_config,
-)
+from prh.train import build_state, train_step
+from prh.train_config import TrainConfig, encoder_config, view_config
 from prh.world import WorldConfig, render_caption, sample_scene, sample_style
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +62,7 @@ def measure_world(photos: list[Photo], tokenizer, train: dict, arm: str, steps: 
     """Time `steps` steps of epoch 1 (after `warmup` untimed ones) as the loop runs them."""
     cfg = TrainConfig.from_dict({**train, "arm": arm, "device": "cpu"})
     dev = torch.device("cpu")
-    net, sigreg, optimizer = build_modules(cfg, encoder_config(cfg, tokenizer), dev)
+    state = build_state(cfg, encoder_config(cfg, tokenizer), Process(0, 1, dev, False))
     views = view_config(cfg, tokenizer)
     bank = CaptionBank.build(photos, tokenize_captions(photos, tokenizer), views,
                              tokenizer.pad_id)
@@ -89,7 +83,7 @@ def measure_world(photos: list[Photo], tokenizer, train: dict, arm: str, steps: 
         t0 = time.perf_counter()
         groups = host(k)
         t1 = time.perf_counter()
-        train_step(net, net, sigreg, optimizer, groups, cfg, tokenizer.pad_id, dev, cfg.lr)
+        train_step(state, groups, cfg.lr)
         t2 = time.perf_counter()
         if k >= warmup:
             host_s += t1 - t0

@@ -15,7 +15,7 @@ its top kernels: a step far above its kernel time is host- or launch-bound.
     python bench/gpu_train.py --preset tiny --steps 2 --batch 8         # CPU smoke check
 
 `bench/gpu_session.sh` runs this matrix after the CUDA tests, as one device call.
-`--matrix` runs the `train.speed` settings (prh.train.SpeedConfig) one after another in one
+`--matrix` runs the `train.speed` settings (prh.train_config.SpeedConfig) one after another in one
 process, most informative first, writes the JSON after each, and starts no new variant once
 `--budget-s` seconds have passed, so a GPU session with a fixed time still returns its figures.
 
@@ -41,22 +41,14 @@ import tokenizers
 import torch
 from tokenizers import models, normalizers, pre_tokenizers
 
-from prh.batches import CaptionBank
+from prh.batches import CaptionBank, step_groups, tokenize_captions
 from prh.checkpoint import rng_states, write_checkpoint
 from prh.data import Photo
+from prh.distributed import Process
 from prh.models import BERT_B, BERT_S, TextEncoderConfig, count_parameters
 from prh.tokenizer import SPECIAL_TOKENS, Tokenizer
-from prh.train import (
-    ModelConfig,
-    SpeedConfig,
-    TrainConfig,
-    build_modules,
-    encoder_config,
-    step_groups,
-    tokenize_captions,
-    train_step,
-    view_config,
-)
+from prh.train import TrainState, build_state, train_step
+from prh.train_config import ModelConfig, SpeedConfig, TrainConfig, encoder_config, view_config
 
 H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s of one H200 (NVIDIA's datasheet, without sparsity)
 FLICKR_TRAIN_PHOTOS = 29_000
@@ -125,7 +117,7 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)  # this variant's peak, not the matrix's
     t0 = time.perf_counter()
-    net, sigreg, optimizer = build_modules(cfg, encoder_config(cfg, tokenizer), dev)
+    state = build_state(cfg, encoder_config(cfg, tokenizer), Process(0, 1, dev, False))
     views = view_config(cfg, tokenizer)
     bank = CaptionBank.build(photos, tokenize_captions(photos, tokenizer), views,
                              tokenizer.pad_id)
@@ -136,7 +128,7 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
         return step_groups(bank, rows, cfg, views, tokenizer, rng, dev)
 
     def step(k: int) -> None:
-        train_step(net, net, sigreg, optimizer, host(k), cfg, tokenizer.pad_id, dev, cfg.lr)
+        train_step(state, host(k), cfg.lr)
 
     def run(first: int, n: int) -> float:
         _sync(dev)
@@ -150,7 +142,7 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
     warm_s = time.perf_counter() - t0
     step_s = run(warmup, steps)
     figures = {"device": str(dev), "arm": arm, "speed": asdict(speed), "batch": batch,
-               "params": count_parameters(net), "step_s": step_s, "warmup_s": warm_s,
+               "params": count_parameters(state.net), "step_s": step_s, "warmup_s": warm_s,
                **_host_figures(host, warmup + steps, steps)}
     if dev.type == "cuda":
         figures["syncs_per_step"] = _count_syncs(step, warmup + 2 * steps)
@@ -159,7 +151,7 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
             figures.update(_kernel_figures(step, warmup + 2 * steps + 1, min(steps, 5), dev))
     steps_per_epoch = math.ceil(FLICKR_TRAIN_PHOTOS / batch)
     flops = 6 * figures["params"] * figures["padded_tokens_per_step"]
-    checkpoint_s = _checkpoint_seconds(net, sigreg, optimizer)
+    checkpoint_s = _checkpoint_seconds(state)
     n_checkpoints = math.ceil(PAPER_EPOCHS / speed.checkpoint_every)
     figures.update({
         "tokens_per_s": figures["tokens_per_step"] / step_s,
@@ -171,13 +163,13 @@ def measure(model_cfg: ModelConfig, *, arm: str, batch: int, steps: int, warmup:
     return figures
 
 
-def _checkpoint_seconds(net, sigreg, optimizer) -> float:
+def _checkpoint_seconds(state: TrainState) -> float:
     """Time of one checkpoint as the loop writes it (modules and AdamW state, atomically)."""
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         write_checkpoint(Path(d) / "checkpoint.pt", {
-            "net": net.state_dict(), "sigreg": sigreg.state_dict(),
-            "optimizer": optimizer.state_dict(), "rng": rng_states()})
+            "net": state.net.state_dict(), "sigreg": state.sigreg.state_dict(),
+            "optimizer": state.optimizer.state_dict(), "rng": rng_states()})
         return time.perf_counter() - t
 
 

@@ -85,7 +85,7 @@ class Params:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def train_config(self, arm: str, seed: int) -> Any:
-        from prh.train import TrainConfig
+        from prh.train_config import TrainConfig
         return _build(TrainConfig, {**self.sections["train"], "arm": arm, "seed": seed},
                       self.path, f"{self.profile}.train")
 
@@ -199,18 +199,20 @@ OTHER_SOURCES: dict[str, tuple[str, str]] = {
     "theory.bound_worlds": ("audit_article", f"{A1}, section 1: 300 random worlds"),
     "image.encoder": ("rerun_article", f"{A0}, 'Can a Text Model Match Photos': frozen DINOv2"),
 }
+PROVENANCE = Path(__file__).with_name("provenance.yaml")  # training defaults -> their source
 SCALED_DOWN = "assumed: the world profile's scaled-down value (two CPU cores, minutes)"
 
 
 def provenance(params: Params) -> list[dict[str, Any]]:
     """Every resolved hyperparameter of the profile with its source.
 
-    Training defaults carry their source in `prh.train.DEFAULT_SOURCES` (paper / rerun
-    article / assumed); a world-profile value that differs from that default is marked as a
+    Training defaults carry their source in harness/provenance.yaml (rerun article / upstream
+    default / assumed); a world-profile value that differs from that default is marked as a
     scaled-down assumption. Everything not sourced is "assumed", said as such.
     """
-    from prh.train import DEFAULT_SOURCES, TrainConfig
+    from prh.train_config import TrainConfig
 
+    sources = read_yaml(PROVENANCE, "it ships with the harness package; reinstall it")
     defaults = flatten(TrainConfig())
     resolved = {"image": params.image_config(), "eval": params.eval_config(),
                 "theory": params.theory_config(),
@@ -222,8 +224,8 @@ def provenance(params: Params) -> list[dict[str, Any]]:
         source, citation = OTHER_SOURCES.get(key, ("assumed", "chosen by us"))
         if key.startswith("train."):
             sub = key.removeprefix("train.")
-            citation = DEFAULT_SOURCES.get(sub, DEFAULT_SOURCES.get(sub.split(".")[0],
-                                                                "assumed: chosen by us"))
+            group = ".".join(key.split(".")[:2])  # train.views.n_global -> train.views
+            citation = sources.get(key, sources.get(group, "assumed: chosen by us"))
             source = ("assumed" if citation.startswith("assumed") else
                       "rerun_article" if "rerun article" in citation else "upstream default")
             if params.profile == "world" and defaults.get(sub) != value:

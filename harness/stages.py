@@ -153,7 +153,8 @@ def data_cli(argv: list[str]) -> int:
 
 def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Path) -> None:
     """Refuse a train.max_len that would cut more than 1% of the training captions."""
-    from prh.train import tokenize_captions, view_config
+    from prh.batches import tokenize_captions
+    from prh.train_config import view_config
     from prh.views import check_fits
 
     cfg = params.train_config(params.arms[0], params.seeds[0])
@@ -236,15 +237,11 @@ def make_eval_hook(photos_fit: list[Any], photos_test: list[Any]):
 def train_cli(argv: list[str]) -> int:
     """Train one text arm for one seed (tracked in MLflow), then embed the fit/test captions."""
     from prh.data import load_karpathy
+    from prh.encode_text import load_text_encoder
     from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
-    from prh.train import (
-        encoder_config,
-        load_text_encoder,
-        resolved_lamb,
-        run_identity,
-        train_text_encoder,
-    )
+    from prh.train import train_text_encoder
+    from prh.train_config import encoder_config, resolved_lamb, run_identity
 
     from . import tracking
     from .fingerprint import environment_fingerprint

@@ -3,7 +3,8 @@
 A checkpoint is one torch file written atomically (`prh.io.atomic_path`) holding the modules,
 the optimiser, the epoch, the curve so far, the tokenizer's files and every random state
 (python, numpy, torch, CUDA), so a resumed run continues exactly where an uninterrupted one
-would be (on CPU). Each epoch reseeds from (seed, epoch, rank), see `seed_epoch`.
+would be (on CPU). Each epoch reseeds from (seed, epoch, rank), see `seed_epoch`; `resume`
+loads a run's last checkpoint back into its modules.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from prh.io import ContractError, atomic_path
 from prh.tokenizer import Tokenizer
@@ -94,3 +96,23 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
     torch.save(state, buf)
     with atomic_path(path, suffix=".pt") as tmp:
         tmp.write_bytes(buf.getvalue())
+
+
+def resume(path: Path, identity: str, net: nn.Module, sigreg: nn.Module,
+           optimizer: torch.optim.Optimizer) -> tuple[int, int, list[dict[str, float]]]:
+    """Load the checkpoint at `path` into the modules; return (epoch, step, curve), or
+    (0, 0, []) when there is none. A checkpoint of another run identity is refused."""
+    if not path.exists():
+        return 0, 0, []
+    ckpt = read_checkpoint(path)
+    if ckpt["identity"] != identity:
+        raise ContractError(
+            f"{path}: written by config {ckpt['identity']}, this run is config {identity}; "
+            f"delete {path.parent} to start over, or restore the params that wrote it")
+    net.load_state_dict(ckpt["net"])
+    sigreg.load_state_dict(ckpt["sigreg"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    # Each epoch reseeds from (seed, epoch, rank); restoring the saved states as well leaves
+    # the process exactly as an uninterrupted run left it after that epoch.
+    set_rng_states(ckpt["rng"])
+    return ckpt["epoch"], ckpt["step"], ckpt["curve"]

@@ -11,25 +11,22 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from train_helpers import CPU, jepa_batch, ntp_batch
 
+from prh.batches import tokenize_captions
 from prh.data import Photo
+from prh.encode_text import load_text_encoder
 from prh.io import ContractError
 from prh.tokenizer import train_tokenizer
 from prh.train import (
     FINAL_LR_RATIO,
     WARMUP_START,
-    TrainConfig,
-    build_modules,
-    encoder_config,
-    jepa_batch,
-    load_text_encoder,
+    build_state,
     lr_at,
-    resolved_lamb,
     step_loss,
-    tokenize_captions,
     train_text_encoder,
-    view_config,
 )
+from prh.train_config import TrainConfig, encoder_config, resolved_lamb, view_config
 from prh.views import ViewError
 
 COLOURS = ["red", "blue", "green", "black", "white", "brown"]
@@ -137,12 +134,11 @@ def test_one_padded_pass_gives_the_loss_of_separate_global_and_local_passes(corp
     ids, views = tokenize_captions(photos, tok), view_config(cfg, tok)
     losses = []
     for split in (True, False):
-        net, sigreg, _ = build_modules(cfg, encoder_config(cfg, tok), torch.device("cpu"))
+        state = build_state(cfg, encoder_config(cfg, tok), CPU)
         groups = jepa_batch(photos[:4], cfg, views, tok, ids, np.random.default_rng(0), split)
         assert len(groups) == (2 if split else 1)
         assert sum(len(t) for t, _ in groups) == 8 * 4  # V * B rows
-        losses.append(step_loss(net, net.encoder, sigreg, groups, cfg, tok.pad_id,
-                                torch.device("cpu"))[1])
+        losses.append(step_loss(state, groups)[1])
     for k in ("loss", "inv", "sigreg"):
         torch.testing.assert_close(losses[0][k], losses[1][k], rtol=1e-5, atol=1e-6)
 
@@ -156,10 +152,9 @@ def test_padding_to_a_multiple_changes_the_widths_not_the_loss(corpus) -> None:
     for multiple in (1, 8):
         cfg = tiny_cfg(**base, speed={"pad_multiple": multiple})
         ids, views = tokenize_captions(photos, tok), view_config(cfg, tok)
-        net, sigreg, _ = build_modules(cfg, encoder_config(cfg, tok), torch.device("cpu"))
+        state = build_state(cfg, encoder_config(cfg, tok), CPU)
         groups = jepa_batch(photos[:4], cfg, views, tok, ids, np.random.default_rng(0))
-        out[multiple] = groups, step_loss(net, net.encoder, sigreg, groups, cfg, tok.pad_id,
-                                          torch.device("cpu"))[1]
+        out[multiple] = groups, step_loss(state, groups)[1]
     for (t1, m1), (t8, m8) in zip(out[1][0], out[8][0], strict=True):
         assert t8.shape[1] in (8, 16) and t8.shape[1] >= t1.shape[1]
         assert torch.equal(t8[:, : t1.shape[1]], t1) and torch.equal(m8[:, : t1.shape[1]], m1)
@@ -179,11 +174,11 @@ def test_compiled_encoder_gives_the_eager_loss_and_gradients(corpus) -> None:
     groups = jepa_batch(photos[:4], cfg["none"], views, tok, ids, np.random.default_rng(0))
     out = {}
     for mode, c in cfg.items():
-        net, sigreg, _ = build_modules(c, encoder_config(c, tok), torch.device("cpu"))
-        assert (net.encoder.bert._compiled_call_impl is not None) == (mode != "none")
-        loss, _ = step_loss(net, net.encoder, sigreg, groups, c, tok.pad_id, torch.device("cpu"))
+        state = build_state(c, encoder_config(c, tok), CPU)
+        assert (state.net.encoder.bert._compiled_call_impl is not None) == (mode != "none")
+        loss, _ = step_loss(state, groups)
         loss.backward()
-        out[mode] = loss.detach(), {k: p.grad for k, p in net.named_parameters()}
+        out[mode] = loss.detach(), {k: p.grad for k, p in state.net.named_parameters()}
     torch._dynamo.reset()
     torch.testing.assert_close(out["default"][0], out["none"][0], rtol=1e-5, atol=1e-6)
     assert list(out["default"][1]) == list(out["none"][1])  # same names: checkpoints carry over
@@ -405,7 +400,6 @@ def test_training_loop_batches_equal_jepa_batch(corpus) -> None:
     """The loop draws batches from one caption bank of all photos; `jepa_batch` (a bank of
     the batch's photos) gives the same groups for the same generator."""
     from prh.batches import CaptionBank, jepa_groups, ntp_groups
-    from prh.train import ntp_batch
 
     photos, tok = corpus
     for arm in ("good", "bad", "ntp"):

@@ -1,0 +1,60 @@
+"""Text embeddings from a trained text encoder: `encode(texts) -> float32 [n, D]`, during
+training (the evaluation hook) or from a finished run's checkpoint. Image embeddings are
+prh.embed's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from prh.batches import trim
+from prh.checkpoint import read_checkpoint, tokenizer_from_files
+from prh.io import ContractError
+from prh.models import TextEncoder, TextEncoderConfig
+from prh.tokenizer import Tokenizer
+from prh.views import collate_ntp
+
+
+def make_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device: torch.device,
+                batch_size: int = 256, pad_multiple: int = 1
+                ) -> Callable[[list[str]], np.ndarray]:
+    """encode(texts) -> float32 [n, D]: pooled encoder output (not the projector) in eval mode.
+
+    Each text is read whole as `[CLS] text [SEP]`, cut to `max_len`, no masking: the input
+    format of the NTP arm, and of a JEPA view that keeps 100% with nothing masked.
+    """
+
+    @torch.no_grad()
+    def encode(texts: list[str]) -> np.ndarray:
+        was_training = encoder.training
+        encoder.eval()
+        out = [torch.zeros((0, encoder.cfg.hidden))]
+        for i in range(0, len(texts), batch_size):
+            chunk = tokenizer.encode_batch(list(texts[i: i + batch_size]))
+            tokens, mask = trim(*collate_ntp(chunk, max_len, tokenizer), pad_multiple)
+            out.append(encoder.embed(tokens.to(device), mask.to(device)).float().cpu())
+        encoder.train(was_training)
+        return torch.cat(out).numpy()
+
+    return encode
+
+
+def load_text_encoder(out_dir: Path, device: str = "cpu") -> Callable[[list[str]], np.ndarray]:
+    """encode(texts) -> float32 [n, D] from out_dir/checkpoint.pt (its own tokenizer inside)."""
+    path = Path(out_dir) / "checkpoint.pt"
+    if not path.exists():
+        raise ContractError(f"{path}: no checkpoint; run `harness train` for this arm and seed")
+    ckpt = read_checkpoint(path)
+    enc_cfg = TextEncoderConfig(**ckpt["config"]["encoder"])
+    encoder = TextEncoder(enc_cfg)
+    prefix = "encoder."
+    encoder.load_state_dict({k[len(prefix):]: v for k, v in ckpt["net"].items()
+                             if k.startswith(prefix)}, strict=True)
+    encoder.to(device)
+    tokenizer = tokenizer_from_files(ckpt["tokenizer_files"])
+    return make_encode(encoder, tokenizer, ckpt["config"]["train"]["max_len"],
+                       torch.device(device))
