@@ -56,12 +56,12 @@ EvalHook = Callable[[int, Callable[[list[str]], np.ndarray]], dict[str, float]]
 
 @dataclass(frozen=True)
 class TrainState:
-    """What a step reads and updates: the network (`net`), the module the step calls (`model`:
-    `net`'s DDP wrapper, or `net` itself in a one-process run), SIGReg, AdamW, the lamb the loss
-    uses (`resolved_lamb`) and the run's config."""
+    """What a step reads and updates: the network (`net`), what the step calls (`ddp`: `net` in
+    DistributedDataParallel, or `net` itself in a one-process run), SIGReg, AdamW, the lamb the
+    loss uses (`resolved_lamb`) and the run's config."""
 
     net: Net
-    model: nn.Module
+    ddp: nn.Module
     sigreg: SIGReg
     optimizer: torch.optim.Optimizer
     lamb: float
@@ -176,7 +176,7 @@ def step_loss(state: TrainState, batch: list[Group]) -> tuple[Tensor, dict[str, 
                    for x in group) for group in batch]
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp and
                         device.type == "cuda"):
-        out = state.model(*batch)
+        out = state.ddp(*batch)
         if cfg.arm == "ntp":  # out: hidden [B, L, D]
             encoder = state.net.encoder
             loss = ntp_loss(out, batch[0][0], encoder.word_embeddings, encoder.cfg.pad_id)
