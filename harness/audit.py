@@ -1,25 +1,40 @@
-"""The claims audit: one verdict per registry claim, with its evidence.
+"""The claims audit: one verdict per registry claim, and one status per relation across claims,
+each with its evidence and what it is evidence for.
 
-Verdicts (docs/contracts.md): reproduced, differs, inconclusive, not comparable, not rerun,
-arithmetic holds, arithmetic fails. The rules live in one table, `RULES`, and claims name
-theirs in harness/claims.yaml (`rule:`, defaulting by kind):
+Claim verdicts (`VERDICTS`); the rules live in one table, `RULES`, and claims name theirs in
+harness/claims.yaml (`rule:`, defaulting by kind):
 
-| rule       | claim kinds         | verdict                                                       |
-|------------|---------------------|---------------------------------------------------------------|
-| measured   | flickr_measurable   | rerun inside the paper's spread AND paper value inside the   |
-|            |                     | rerun's 95% CI: reproduced; neither: differs; one only:       |
-|            |                     | inconclusive (the rerun article's "Our rerun" two checks)     |
-| ordering   | ordering            | paired CI of a - b: > 0 reproduced, contains 0 inconclusive, |
-|            |                     | < 0 differs (Flickr-scale orderings run on every profile)     |
-| arithmetic | derived_arithmetic  | rounding-aware recomputation (statcheck): holds / fails       |
-| theory     | theory              | runs/theory.json key compared with the claim's bound          |
-| not_rerun  | web_scale           | not rerun, with the reason (data, scale, compute)             |
-| metadata   | metadata            | not rerun: a description of the setup, nothing to measure     |
+| rule       | claim kinds       | verdict                                                         |
+|------------|-------------------|-----------------------------------------------------------------|
+| measured   | flickr_measurable | equivalence (TOST) within `audit.margin`: reproduced; claimed   |
+|            |                   | value outside the rerun's prediction interval: differs; an      |
+|            |                   | interval wider than the margin: inconclusive (underpowered)     |
+| ordering   | ordering          | paired gap a - b: its sign, and the printed gap by the same     |
+|            |                   | equivalence rule; "cannot be separated" holds when the interval |
+|            |                   | contains 0 and lies within the margin. On a profile whose data  |
+|            |                   | is not the claim's: pattern seen / not seen on another profile  |
+| arithmetic | derived_arithmetic| rounding-aware recomputation (statcheck): holds / holds within  |
+|            |                   | input rounding / fails                                          |
+| theory     | theory            | a runs/theory.json value against the claim's printed value      |
+| not_rerun  | web_scale         | not rerun, with the reason (data, scale, compute)               |
+| metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
-A setup that differs from the run's (data set, n_test) gives "not comparable", naming the field.
-Besides the verdicts, `arithmetic_checks` runs every derived relation, a GRIM-style granularity
-check of recalls (k / n, scrutiny's `grim`; harness-anchors.md 2.5) and a point-inside-its-
-interval check of every printed CI.
+The statistics: the rerun's two-level (seeds x test pairs) interval from results.json
+(harness.stats.two_level_mean / two_level_gap); "reproduced" needs the claimed value inside the
+rerun's 90% interval and that interval inside [claim - margin, claim + margin] (two one-sided
+tests at 5%, Schuirmann 1987, J. Pharmacokinet. Biopharm. 15(6)); "differs" needs the claimed
+value outside the 95% prediction interval of a replication with the claim's number of seeds.
+tests/test_verdict_simulation.py measures both error rates. An arm whose interval reaches the
+chance level is flagged as at chance wherever its numbers appear; an ordering involving it is
+not evidence that the views matter.
+
+Relations (`relation_checks`, statuses `STATUSES`): a printed difference against the difference
+of the printed means, comparisons, a bound stated for every seed against the means, a bound
+stated for one quantity read against another, "the same order as" between two rankings, an
+interval against its own seeds' spread, an interval against the binomial minimum for its n,
+mean +- half-range feasible for its seeds (GRIMMER, Anaya 2016, PeerJ Preprints 4:e2400v1), a
+chance level against its candidate pool. A relation with two readings of the text is
+"ambiguous" when they disagree; both readings and their results are listed.
 """
 
 from __future__ import annotations
@@ -28,29 +43,52 @@ import ast
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from scipy import stats as sps
 
 from harness.claims import (
     RULE_NAMES,
     Claim,
+    Registry,
+    Relation,
     decimals,
     printed_interval,
 )
-from prh.io import ContractError
+from harness.stats import TwoLevel
+from prh.io import ContractError, read_yaml
 
-VERDICTS = ("reproduced", "differs", "inconclusive", "not comparable", "not rerun",
-            "arithmetic holds", "arithmetic fails")
+VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered)",
+            "pattern seen on another profile", "pattern not seen on another profile",
+            "not comparable", "not rerun", "arithmetic holds",
+            "arithmetic holds within input rounding", "arithmetic fails")
+STATUSES = ("holds", "holds within input rounding", "ambiguous", "fails")
+ALPHA = 0.05  # TOST at 5% per side (a 90% interval); "differs" at a 95% prediction interval
+# Equivalence margins per metric when params.yaml has no `audit.margin` for it. R@1 / R@5:
+# .03, the resolution of the paper's 1,000-pair Flickr30k test set (the 95% binomial half-width
+# at R@1 = .25 is 1.96 * sqrt(.25 * .75 / 1000) = .027), so no rerun on that test set could
+# meet a smaller one. Mutual 10-NN: .01, its chance level on 1,000 items (10 / 1,000; the rerun
+# article, "Our rerun"). Controls: .005, five times their chance level .001.
+DEFAULT_MARGINS = {"r_at_1": 0.03, "r_at_5": 0.03, "r_at_1_fit": 0.03, "mknn10": 0.01,
+                   "control_random_map_r_at_1": 0.005, "control_shuffled_r_at_1": 0.005}
+FAIL_ON = {  # `--fail-on` names -> the verdicts/statuses that trip it
+    "differs": {"differs"},
+    "arithmetic": {"arithmetic fails", "relation fails", "check fails"},
+    "ambiguous": {"relation ambiguous"},
+    "inconclusive": {"inconclusive", "inconclusive (underpowered)"},
+    "not-seen": {"pattern not seen on another profile"},
+}
 EPS = 1e-9  # float slack in comparisons of printed numbers (.193 - .191 is 0.0020000000000000018)
-GRIM_METRICS = {"r_at_1": 1, "r_at_5": 1, "control_random_map_r_at_1": 1,
-                "control_shuffled_r_at_1": 1, "mknn10": 10, "wit_mknn10": 10}
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "eq": lambda a, b: abs(a - b) <= EPS, "ge": lambda a, b: a >= b - EPS,
     "le": lambda a, b: a <= b + EPS, "gt": lambda a, b: a > b + EPS, "lt": lambda a, b: a < b - EPS}
 _WHY = {"data": "needs data this pipeline does not have",
         "scale": "web-scale training, beyond this pipeline",
         "compute": "pretrained large models or extra runs, beyond this pipeline's compute"}
+RUNNABLE_SCALE = "flickr"  # the only claim scale a profile of this pipeline can rerun
 
 
 class AuditError(ContractError):
@@ -66,12 +104,41 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Context:
-    """What the rules read: the registry (for formulas) and the run's outputs (None if absent)."""
+    """What the rules read: the registry (for formulas), the run's outputs (None if absent),
+    the relations across claims and the equivalence margins per metric."""
 
     claims: Mapping[str, Claim]
     profile: str
     results: Mapping[str, Any] | None = None
     theory: Mapping[str, Any] | None = None
+    relations: tuple[Relation, ...] = ()
+    margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+
+
+def load_margins(raw: Any, where: str = "params.yaml audit.margin") -> dict[str, float]:
+    """`audit: {margin: {metric: value}}` of params.yaml over DEFAULT_MARGINS; a margin of 0 or
+    below, or a metric the audit does not know, raises naming the key."""
+    out = dict(DEFAULT_MARGINS)
+    if raw is None:
+        return out
+    if not isinstance(raw, Mapping):
+        raise AuditError(f"{where}: expected a mapping metric -> margin, got {raw!r}")
+    for metric, value in raw.items():
+        if metric not in DEFAULT_MARGINS:
+            raise AuditError(f"{where}.{metric}: unknown metric; margins exist for "
+                             f"{sorted(DEFAULT_MARGINS)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise AuditError(f"{where}.{metric}: margin {value!r} must be a number above 0 "
+                             "(an equivalence margin of 0 can never be met)")
+        out[metric] = float(value)
+    return out
+
+
+def margins_from_params(path: str | Path) -> dict[str, float]:
+    """The margins of a params file's top-level `audit: {margin: ...}` block (load_margins)."""
+    raw = read_yaml(path, "run from the repository root or pass --params")
+    block = raw.get("audit") if isinstance(raw, Mapping) else None
+    return load_margins((block or {}).get("margin"), f"{path}: audit.margin")
 
 
 # ------------------------------------------------------------------ rounding-aware arithmetic
@@ -84,12 +151,14 @@ class Span:
     hi: float
 
 
-def _span_of(claim: Claim) -> Span | list[Span]:
+def span_of(claim: Claim) -> Span | list[Span]:
+    """The claim's value and the range its printed form stands for, in base units (`scale`)."""
+    k = claim.scale
     if isinstance(claim.value, Mapping):
-        return [Span(v, *printed_interval(claim.printed[k]))  # type: ignore[index]
-                for k, v in claim.value.items()]
+        return [Span(v * k, *(x * k for x in printed_interval(claim.printed[key])))
+                for key, v in claim.value.items()]
     lo, hi = printed_interval(str(claim.printed))
-    return Span(claim.value, lo, hi)
+    return Span(claim.value * k, lo * k, hi * k)
 
 
 def _binop(op: ast.operator, a: Span, b: Span) -> Span:
@@ -132,11 +201,11 @@ def evaluate(formula: str, claims: Mapping[str, Claim]) -> Span:
             v = float(node.value)
             return Span(v, v, v)
         if isinstance(node, ast.Name):
-            return _span_of(claims[node.id])
+            return span_of(claims[node.id])
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            a = ev(node.operand)
-            assert isinstance(a, Span)
-            return Span(-a.point, -a.hi, -a.lo)
+            s = ev(node.operand)
+            assert isinstance(s, Span)
+            return Span(-s.point, -s.hi, -s.lo)
         if isinstance(node, ast.BinOp):
             a, b = ev(node.left), ev(node.right)
             assert isinstance(a, Span) and isinstance(b, Span)
@@ -150,61 +219,222 @@ def evaluate(formula: str, claims: Mapping[str, Claim]) -> Span:
     return out
 
 
-def check_relation(claim: Claim, claims: Mapping[str, Claim]) -> dict[str, Any]:
-    """Recompute a derived claim. status: 'holds' (the recomputation rounds to the printed
-    value, or satisfies the comparison), 'holds within input rounding' (only some values the
-    printed inputs stand for do), 'fails' (none do)."""
+def rounded_status(span: Span, printed: str, scale: float = 1.0) -> str:
+    """Does a recomputation match a printed number? 'holds' (its point value rounds to it),
+    'holds within input rounding' (only some values its inputs stand for do), else 'fails'."""
+    lo, hi = (x * scale for x in printed_interval(printed))
+    if lo - EPS <= span.point < hi + EPS:
+        return "holds"
+    return "holds within input rounding" if span.lo <= hi + EPS and span.hi >= lo - EPS \
+        else "fails"
+
+
+def compare_status(a: Span, op: str, b: Span) -> str:
+    """`a op b` on the point values ('holds'), for some values the printed forms stand for
+    ('holds within input rounding'), or for none ('fails')."""
+    if _OPS[op](a.point, b.point):
+        return "holds"
+    best = (a.hi, b.lo) if op in ("ge", "gt") else (a.lo, b.hi) if op in ("le", "lt") \
+        else (a.point, b.point)
+    if op == "eq":
+        return "holds within input rounding" if a.lo <= b.hi + EPS and b.lo <= a.hi + EPS \
+            else "fails"
+    return "holds within input rounding" if _OPS[op](*best) else "fails"
+
+
+def check_derived(claim: Claim, claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """Recompute a derived claim from its formula, rounding-aware (statcheck)."""
     span = evaluate(claim.formula, claims)
-    target = claim.scalar()
-    if claim.op == "eq":
-        lo, hi = printed_interval(str(claim.printed))
-        point_ok = lo - EPS <= span.point < hi + EPS
-        range_ok = span.lo <= hi + EPS and span.hi >= lo - EPS
-        stands_for = [lo, hi]
-    else:
-        cmp = _OPS[claim.op]
-        t_lo, t_hi = printed_interval(str(claim.printed))
-        point_ok = cmp(span.point, target)
-        range_ok = (cmp(span.hi, t_lo) if claim.op in ("ge", "gt") else cmp(span.lo, t_hi))
-        stands_for = None
-    status = "holds" if point_ok else "holds within input rounding" if range_ok else "fails"
-    return {"id": claim.id, "check": "relation", "formula": claim.formula, "op": claim.op,
-            "printed": claim.printed, "value": target, "recomputed": span.point,
-            "recomputed_range": [span.lo, span.hi], "printed_stands_for": stands_for,
+    status = rounded_status(span, str(claim.printed), claim.scale)
+    return {"id": claim.id, "check": "formula", "formula": claim.formula,
+            "printed": claim.printed, "recomputed": span.point,
+            "recomputed_range": [span.lo, span.hi],
+            "printed_stands_for": [x * claim.scale for x in printed_interval(str(claim.printed))],
             "status": status}
 
 
-def grim(printed: str, n: int, per_item: int = 1) -> bool:
-    """GRIM for recalls: is some k / (n * per_item) within the rounding of `printed`?"""
-    lo, hi = printed_interval(printed)
-    denom = n * per_item
-    k = math.ceil(lo * denom - EPS)  # the smallest count whose ratio reaches the interval
-    return k / denom <= hi + EPS
+# ------------------------------------------------------------------ relations across claims
+def _worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=STATUSES.index, default="holds")
 
 
-def arithmetic_checks(claims: Mapping[str, Claim],
-                      results: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every derived relation, GRIM on recalls with a known n, CI point-inside checks, and GRIM
-    on the rerun's own per-seed recalls (value * n_test must be an integer)."""
-    out = [check_relation(c, claims) for c in claims.values() if c.formula
-           and c.kind == "derived_arithmetic"]
-    for c in claims.values():
-        n = c.setup.get("n_test")
-        if n and c.metric in GRIM_METRICS and isinstance(c.printed, str):
-            seeds = int(c.setup.get("seeds", 1))
-            ok = grim(c.printed, int(n) * seeds, GRIM_METRICS[c.metric])
-            out.append({"id": c.id, "check": "grim", "printed": c.printed, "n": int(n),
-                        "seeds": seeds, "per_item": GRIM_METRICS[c.metric],
-                        "status": "holds" if ok else "fails"})
-        if c.spread.kind == "ci":
-            ok = c.spread.lo - EPS <= c.scalar() <= c.spread.hi + EPS
-            out.append({"id": c.id, "check": "point inside its interval", "value": c.scalar(),
-                        "ci": [c.spread.lo, c.spread.hi], "status": "holds" if ok else "fails"})
-    out.extend(_grim_results(results) if results else [])
-    return out
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
 
 
-def _grim_results(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rel_difference(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """A printed difference against the difference of the printed values."""
+    p, a, b = (claims[f[k]] for k in ("printed", "a", "b"))
+    span = evaluate(f"{a.id} - {b.id}", claims)
+    status = rounded_status(span, str(p.printed), p.scale)
+    return {"status": status, "recomputed": span.point, "recomputed_range": [span.lo, span.hi],
+            "detail": f"{a.id} - {b.id} = {a.printed} - {b.printed} = {_fmt(span.point)} "
+                      f"(range {_fmt(span.lo)} to {_fmt(span.hi)}) against printed {p.printed}"}
+
+
+def rel_compare(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """Claim a OP claim b, both sides claim ids (so a correction to either is followed)."""
+    a, b = claims[f["a"]], claims[f["b"]]
+    sa, sb = evaluate(a.id, claims), evaluate(b.id, claims)
+    status = compare_status(sa, f["op"], sb)
+    return {"status": status, "detail": f"{a.id} ({a.printed}) {f['op']} {b.id} ({b.printed})"}
+
+
+def rel_per_seed_bound(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """A bound stated for every seed: a mean over seeds lies between its extreme seeds, so each
+    printed mean must satisfy the bound too."""
+    bound = evaluate(f["bound"], claims)
+    rows = {m: compare_status(evaluate(m, claims), f["op"], bound) for m in f["means"]}
+    bad = [f"{m} = {claims[m].printed}" for m, s in rows.items() if s != "holds"]
+    return {"status": _worst(rows.values()), "per_mean": rows,
+            "detail": f"every seed {f['op']} {claims[f['bound']].printed}, so every mean too; "
+                      + (f"not so for {', '.join(bad)}" if bad else "all means satisfy it")}
+
+
+def rel_bound(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """A bound stated for one quantity, read against another (`quantity` is a formula)."""
+    q, bound = evaluate(f["quantity"], claims), evaluate(f["bound"], claims)
+    status = compare_status(q, f["op"], bound)
+    return {"status": status, "recomputed": q.point, "recomputed_range": [q.lo, q.hi],
+            "detail": f"{f['quantity']} = {_fmt(q.point)} (range {_fmt(q.lo)} to "
+                      f"{_fmt(q.hi)}) {f['op']} {claims[f['bound']].printed}"}
+
+
+def _ranking(ids: list[str], claims: Mapping[str, Claim]) -> list[str]:
+    return [claims[c].setup.get("arm", c) for c in
+            sorted(ids, key=lambda c: -claims[c].scalar() * claims[c].scale)]
+
+
+def rel_same_order(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """Two rankings of the same arms (by value, highest first) are the same order."""
+    ra, rb = _ranking(f["a"], claims), _ranking(f["b"], claims)
+    if sorted(ra) != sorted(rb):
+        return {"status": "fails", "detail": f"the rankings name different arms: {ra} / {rb}"}
+    return {"status": "holds" if ra == rb else "fails",
+            "detail": f"{' > '.join(ra)} against {' > '.join(rb)}"}
+
+
+def rel_interval_vs_seeds(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """An interval about a mean over seeds is at least as wide as those seeds' spread alone
+    implies (t interval with n - 1 df on their sd). A narrower one covers test pairs only."""
+    iv, seeds = claims[f["interval"]], claims[f["seeds"]]
+    values = list(seeds.value.values()) if isinstance(seeds.value, Mapping) else []
+    if len(values) < 2:
+        return {"status": "fails", "detail": f"{seeds.id} prints fewer than 2 seeds"}
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    need = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    half = (iv.spread.hi - iv.spread.lo) / 2
+    slack = 0.5 * 10.0 ** -decimals(iv.spread.printed.split(",")[0].strip("[ ")) \
+        if iv.spread.printed else 0.0
+    status = "holds" if half >= need - EPS else \
+        "holds within input rounding" if half + slack >= need - EPS else "fails"
+    return {"status": status, "needed_half_width": need, "half_width": half,
+            "detail": f"half-width {_fmt(half)} against {_fmt(need)} from {n} seeds "
+                      f"(sd {_fmt(sd)}): "
+                      + {"holds": "wide enough",
+                         "holds within input rounding": "wide enough only at its rounding",
+                         "fails": "narrower than its own seeds allow, so it covers test pairs "
+                                  "only"}[status]}
+
+
+def rel_binomial_min(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """An interval on a hit rate p (or a paired gap g of hit rates) over n test pairs is at
+    least 2 * 1.96 * sqrt(p (1 - p) / n) wide (for a gap: |g| (1 - |g|), the least variance a
+    difference of hits in {-1, 0, 1} with mean g can have); 10% slack for bootstrap noise."""
+    iv = claims[f["interval"]]
+    n = int(iv.setup.get("n_test", 0))
+    if n < 1:
+        return {"status": "fails", "detail": f"{iv.id} has no setup.n_test"}
+    p = abs(iv.scalar())
+    need = 0.9 * 2 * 1.959964 * math.sqrt(p * (1 - p) / n)
+    width = iv.spread.hi - iv.spread.lo
+    status = "holds" if width >= need else "fails"
+    return {"status": status, "width": width, "min_width": need,
+            "detail": f"width {_fmt(width)} against a binomial minimum of {_fmt(need)} "
+                      f"for {_fmt(p)} on n = {n}"}
+
+
+def grimmer_feasible(mean: str, half_range: str, seeds: int, n: int) -> bool:
+    """Can `seeds` per-seed scores, each a count out of n, have a mean that rounds to `mean`
+    and a half-range (max - min) / 2 that rounds to `half_range`? (GRIMMER-style.)"""
+    m_lo, m_hi = printed_interval(mean)
+    h_lo, h_hi = printed_interval(half_range)
+    totals = range(math.ceil(seeds * n * m_lo - EPS), math.floor(seeds * n * m_hi - EPS) + 1)
+    widths = range(max(0, math.ceil(2 * n * h_lo - EPS)), math.floor(2 * n * h_hi - EPS) + 1)
+    for r in widths:
+        if seeds == 1 and r:
+            continue
+        for t in totals:
+            # min a, max a + r, the rest anywhere between: seeds*a + r <= t <= seeds*a + (s-1)*r
+            lo_a = math.ceil((t - (seeds - 1) * r) / seeds - EPS) if seeds > 1 else t
+            hi_a = math.floor((t - r) / seeds + EPS) if seeds > 1 else t
+            if max(lo_a, 0) <= min(hi_a, n - r):
+                return True
+    return False
+
+
+def rel_grimmer(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """Mean +- half-range feasible for the stated seeds on n test pairs."""
+    c = claims[f["mean"]]
+    seeds, n = int(c.setup.get("seeds", 0)), int(c.setup.get("n_test", 0))
+    if c.spread.kind != "half_range" or seeds < 1 or n < 1:
+        return {"status": "fails", "detail": f"{c.id} needs a half_range spread, setup.seeds "
+                                             "and setup.n_test"}
+    per_item = 10 if c.metric == "mknn10" else 1
+    hr = c.spread.printed.replace("±", "").strip() or f"{c.spread.half_range:g}"
+    ok = grimmer_feasible(str(c.printed), hr, seeds, n * per_item)
+    return {"status": "holds" if ok else "fails",
+            "detail": f"{c.printed} ± {hr} over {seeds} seeds of counts out of {n * per_item}: "
+                      + ("attainable" if ok else "no set of seeds gives both")}
+
+
+def rel_chance_pool(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """A chance level against the candidate pool it implies: chance = k / pool."""
+    chance, pool = claims[f["chance"]], claims[f["pool"]]
+    k = float(f.get("k", 1))
+    span = evaluate(f"{k!r} / {pool.id}", claims)
+    status = rounded_status(span, str(chance.printed), chance.scale)
+    return {"status": status, "recomputed": span.point,
+            "detail": f"{k:g} / {pool.printed} = {_fmt(span.point)} against chance "
+                      f"{chance.printed} (which implies a pool of about "
+                      f"{_fmt(k / (chance.scalar() * chance.scale))})"}
+
+
+RELATIONS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Claim]], dict[str, Any]]] = {
+    "difference": rel_difference, "compare": rel_compare, "per_seed_bound": rel_per_seed_bound,
+    "bound": rel_bound, "same_order": rel_same_order, "interval_vs_seeds": rel_interval_vs_seeds,
+    "binomial_min": rel_binomial_min, "grimmer": rel_grimmer, "chance_pool": rel_chance_pool,
+}
+
+
+def check_relation(rel: Relation, claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """One relation, every reading: 'ambiguous' when one reading fails and another holds;
+    otherwise the worst status of its readings."""
+    readings = [{"reading": r.text, **r.fields, **RELATIONS[rel.type](r.fields, claims)}
+                for r in rel.readings]
+    statuses = [r["status"] for r in readings]
+    split = "fails" in statuses and any(s != "fails" for s in statuses)
+    status = "ambiguous" if split else _worst(statuses)
+    detail = readings[0]["detail"] if len(readings) == 1 else "; ".join(
+        f"reading {i + 1} ({r['reading']}): {r['status']}, {r['detail']}"
+        for i, r in enumerate(readings))
+    return {"id": rel.id, "check": rel.type, "statement": rel.statement,
+            "reported_by": rel.reported_by, "section": rel.section, "status": status,
+            "detail": detail, "readings": readings}
+
+
+def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
+    """Every derived claim's formula, every relation, and the rerun's own per-seed recalls
+    (an R@k over n test pairs is a count out of n)."""
+    out = [check_derived(c, ctx.claims) for c in ctx.claims.values()
+           if c.formula and c.kind == "derived_arithmetic"]
+    out += [check_relation(r, ctx.claims) for r in ctx.relations]
+    return out + (_counts_in_results(ctx.results) if ctx.results else [])
+
+
+def _counts_in_results(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     n = int(results.get("n_test", 0))
     out = []
     for arm, block in sorted(results.get("arms", {}).items()):
@@ -212,18 +442,91 @@ def _grim_results(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             values = block.get("metrics", {}).get(metric, {}).get("values", {})
             for seed, v in sorted(values.items()):
                 ok = n > 0 and abs(v * n - round(v * n)) < 1e-6
-                out.append({"id": f"results:{arm}-s{seed}:{metric}", "check": "grim (rerun)",
-                            "value": v, "n": n, "status": "holds" if ok else "fails"})
+                out.append({"id": f"results:{arm}-s{seed}:{metric}", "check": "count out of n",
+                            "value": v, "n": n, "status": "holds" if ok else "fails",
+                            "detail": f"{v} * {n} = {v * n:.6g}"})
+    return out
+
+
+# ------------------------------------------------------------------ statistics of one verdict
+def estimate_of(block: Mapping[str, Any]) -> TwoLevel:
+    """The rerun's estimate of a metric or a gap from results.json: its two-level entry, or,
+    when results.json has none, one rebuilt from its test-pair interval (no training variance)."""
+    tl = block.get("two_level")
+    if tl:
+        return TwoLevel(float(tl["estimate"]), float(tl["se"]), float(tl["df"]),
+                        int(tl["n_seeds"]), int(tl["n_pairs"]), int(tl["n_resamples"]),
+                        tl["seed_var"], float(tl["pair_var"]), str(tl["method"]))
+    lo, hi = block["ci"]
+    level = float(block.get("ci_level", 0.95))
+    n = int(block.get("n") or 2)
+    se = (hi - lo) / (2 * float(sps.norm.ppf(0.5 + level / 2)))
+    return TwoLevel(float(block["mean"] if "mean" in block else block["diff"]), se,
+                    float(max(n - 1, 1)), len(block.get("values", {})) or 1, n,
+                    int(block.get("n_resamples") or 0), None, se ** 2,
+                    f"{block.get('ci_method', 'test-pair interval')}; se read from its "
+                    f"{level:.0%} interval (results.json has no two-level entry)")
+
+
+def decide(est: TwoLevel, claim: float, margin: float, m_seeds: int,
+           alpha: float = ALPHA) -> tuple[str, str, dict[str, Any]]:
+    """The verdict on one claimed value: differs (outside the (1 - alpha) prediction interval
+    of an m-seed replication), reproduced (inside the (1 - 2 alpha) interval, and that interval
+    inside claim +- margin: TOST), inconclusive (underpowered) (that interval wider than
+    2 * margin), else inconclusive."""
+    tost, pi = est.interval(1 - 2 * alpha), est.prediction_interval(m_seeds, 1 - alpha)
+    evidence = {"claim": claim, "run": est.estimate, "margin": margin,
+                "tost_interval": [tost.lo, tost.hi], "tost_level": 1 - 2 * alpha,
+                "prediction_interval": [pi.lo, pi.hi], "claim_seeds": m_seeds,
+                "method": est.method, "seeds": est.n_seeds, "n": est.n_pairs,
+                "training_variance_estimated": est.training_variance, "note": est.note()}
+    shown = (f"rerun {est.estimate:.4f}, {1 - 2 * alpha:.0%} [{tost.lo:.4f}, {tost.hi:.4f}], "
+             f"claim {claim:.4f} +- margin {margin:g}")
+    note = f"; {est.note()}" if est.note() else ""
+    if not pi.lo <= claim <= pi.hi:
+        return "differs", (f"claim outside the rerun's {1 - alpha:.0%} prediction interval "
+                           f"[{pi.lo:.4f}, {pi.hi:.4f}] for a {m_seeds}-seed replication ("
+                           f"{shown}){note}"), evidence
+    if tost.lo <= claim <= tost.hi and claim - margin <= tost.lo and tost.hi <= claim + margin:
+        return "reproduced", f"equivalent within the margin ({shown}){note}", evidence
+    if tost.hi - tost.lo > 2 * margin:
+        return "inconclusive (underpowered)", (f"the interval is wider than the margin allows "
+                                               f"({shown}){note}"), evidence
+    return "inconclusive", f"neither equivalent nor outside the prediction interval ({shown})" \
+        f"{note}", evidence
+
+
+def at_chance(results: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Arm -> {metric: evidence} for every arm metric whose interval reaches its chance level
+    (controls `chance_<metric>` in results.json)."""
+    out: dict[str, dict[str, Any]] = {}
+    for arm, block in sorted((results or {}).get("arms", {}).items()):
+        for metric, m in block.get("metrics", {}).items():
+            chance = block.get("controls", {}).get(f"chance_{metric}", {}).get("mean")
+            if chance is None or "ci" not in m:
+                continue
+            lo, hi = (m.get("two_level") or m)["ci"]
+            if lo <= chance:
+                out.setdefault(arm, {})[metric] = {"ci": [lo, hi], "chance": chance}
     return out
 
 
 # ------------------------------------------------------------------ rules
+def _claim_seeds(claim: Claim) -> int:
+    return int(claim.setup.get("seeds") or claim.spread.n or 1)
+
+
+def _margin(claim: Claim, metric: str, ctx: Context) -> float | None:
+    return claim.margin or ctx.margins.get(metric)
+
+
 def _setup_mismatch(claim: Claim, ctx: Context) -> str:
     """'' when the run's setup matches the claim's; else which field differs."""
     assert ctx.results is not None
     dataset = claim.setup.get("dataset")
     if dataset and dataset != ctx.profile:
-        return f"setup.dataset: claim {dataset}, run profile {ctx.profile}"
+        return (f"setup.dataset: claim {dataset}, run profile {ctx.profile}: the number is about "
+                f"{dataset}, the run is not")
     n = claim.setup.get("n_test")
     if n and int(n) != int(ctx.results.get("n_test", -1)):
         return f"setup.n_test: claim {n}, run {ctx.results.get('n_test')}"
@@ -234,55 +537,46 @@ def _missing(what: str, fix: str) -> Verdict:
     return Verdict("not rerun", f"compute: {what} absent; {fix}", {})
 
 
+def _chance_flag(arms: Iterable[str], metric: str, ctx: Context) -> dict[str, Any]:
+    flagged = at_chance(ctx.results)
+    return {a: flagged[a][metric] for a in arms if metric in flagged.get(a, {})}
+
+
+def _with_chance(reason: str, flags: Mapping[str, Any]) -> str:
+    if not flags:
+        return reason
+    said = ", ".join(f"{a} at chance ({v['chance']:.4f} inside [{v['ci'][0]:.4f}, "
+                     f"{v['ci'][1]:.4f}])" for a, v in flags.items())
+    return f"{reason}; {said}"
+
+
 def rule_measured(claim: Claim, ctx: Context) -> Verdict:
-    """Rerun inside the paper's spread, and paper value inside the rerun's 95% interval."""
+    """A claimed value against the rerun's arm metric (equivalence within the margin)."""
     if claim.setup.get("variant"):
         return Verdict("not rerun", f"compute: a variant of the recipe "
                        f"({claim.setup['variant']}); the pipeline runs the default recipe", {})
     if ctx.results is None:
         return _missing("runs/results.json", "run `dvc repro aggregate`")
+    arm = claim.setup.get("arm", "")
+    flags = _chance_flag([arm], claim.metric, ctx)
     mismatch = _setup_mismatch(claim, ctx)
     if mismatch:
-        return Verdict("not comparable", mismatch, {"profile": ctx.profile})
-    arm = claim.setup.get("arm", "")
+        return Verdict("not comparable", _with_chance(mismatch, flags),
+                       {"profile": ctx.profile, "at_chance": flags})
     m = ctx.results.get("arms", {}).get(arm, {}).get("metrics", {}).get(claim.metric)
+    margin = _margin(claim, claim.metric, ctx)
     if m is None or "ci" not in m:
         return Verdict("not rerun", f"data: results.json has no {claim.metric} with an interval "
                        f"for arm {arm!r}", {})
-    run, (lo, hi), paper = float(m["mean"]), m["ci"], claim.scalar()
-    spread = _paper_range(claim)
-    rounded = round(run, decimals(str(claim.printed)))
-    in_spread = None if spread is None else spread[0] - EPS <= rounded <= spread[1] + EPS
-    in_ci = lo - EPS <= paper <= hi + EPS
-    evidence = {"claim": paper, "claim_range": spread, "run": run, "run_rounded": rounded,
-                "run_ci": [lo, hi], "ci_method": m.get("ci_method"), "n": m.get("n"),
-                "seeds": m.get("values"), "run_in_claim_range": in_spread,
-                "claim_in_run_ci": in_ci}
-    if in_ci and in_spread is not False:
-        return Verdict("reproduced", "claim value inside the rerun's interval"
-                       + ("" if spread is None else " and rerun inside the claim's spread"),
-                       evidence)
-    if not in_ci and in_spread is not True:
-        return Verdict("differs", "claim value outside the rerun's interval"
-                       + ("" if spread is None else " and rerun outside the claim's spread"),
-                       evidence)
-    which = "inside the rerun's interval but the rerun is outside the claim's spread" if in_ci \
-        else "outside the rerun's interval though the rerun is inside the claim's spread"
-    return Verdict("inconclusive", f"claim value {which}", evidence)
-
-
-def _paper_range(claim: Claim) -> list[float] | None:
-    s, v = claim.spread, claim.scalar()
-    if s.kind == "half_range":
-        return [v - s.half_range, v + s.half_range]
-    if s.kind == "ci":
-        return [s.lo, s.hi]
-    if s.kind == "seeds" and isinstance(claim.value, Mapping):
-        return [min(claim.value.values()), max(claim.value.values())]
-    return None
+    if margin is None:
+        return Verdict("inconclusive", f"no audit.margin for metric {claim.metric}", {})
+    verdict, reason, evidence = decide(estimate_of(m), claim.scalar(), margin,
+                                       _claim_seeds(claim))
+    return Verdict(verdict, _with_chance(reason, flags), {**evidence, "at_chance": flags})
 
 
 def _find_gap(results: Mapping[str, Any], a: str, b: str, metric: str) -> dict[str, Any] | None:
+    """The results.json gap a - b on `metric` (a stored b - a is negated)."""
     for g in results.get("gaps", []):
         if g.get("metric") != metric:
             continue
@@ -290,15 +584,41 @@ def _find_gap(results: Mapping[str, Any], a: str, b: str, metric: str) -> dict[s
             return dict(g)
         if (g.get("a"), g.get("b")) == (b, a):
             lo, hi = g["ci"]
-            return {**g, "a": a, "b": b, "diff": -g["diff"], "ci": [-hi, -lo]}
+            out = {**g, "a": a, "b": b, "diff": -g["diff"], "ci": [-hi, -lo]}
+            if g.get("two_level"):
+                tl = g["two_level"]
+                out["two_level"] = {**tl, "estimate": -tl["estimate"],
+                                    "ci": [-tl["ci"][1], -tl["ci"][0]]}
+            return out
     return None
 
 
+def _scope(claim: Claim, est: TwoLevel, margin: float, flags: Mapping[str, Any],
+           ctx: Context) -> Verdict:
+    """An ordering on a profile whose data is not the claim's: whether the pattern shows,
+    never a reproduction."""
+    assert claim.check is not None
+    iv = est.interval(1 - ALPHA)
+    what = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}, "
+            f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}] on the {ctx.profile} profile; the "
+            f"claim is about {claim.setup.get('dataset')}: this shows whether the pipeline sees "
+            "the pattern, not whether the claim's number holds")
+    if claim.check.type == "inseparable":
+        seen = iv.lo <= 0 <= iv.hi and iv.hi - iv.lo <= 2 * margin
+    else:
+        seen = iv.lo > 0 and not flags
+    verdict = "pattern seen on another profile" if seen else "pattern not seen on another profile"
+    evidence = {"run": est.estimate, "ci": [iv.lo, iv.hi], "method": est.method,
+                "profile": ctx.profile, "claim_dataset": claim.setup.get("dataset"),
+                "margin": margin, "at_chance": flags, "note": est.note()}
+    return Verdict(verdict, _with_chance(what, flags), evidence)
+
+
 def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
-    """The paired interval of a - b: above 0 reproduced, around 0 inconclusive, below differs."""
+    """Arm a against arm b: the sign of the paired gap, the printed gap by equivalence, or
+    "cannot be separated"; on another profile's data, whether the pattern shows."""
     assert claim.check is not None, f"{claim.id}: ordering claims need check: {{a, b, key}}"
-    scale = str(claim.setup.get("scale", ""))
-    if scale != "flickr":
+    if claim.setup.get("scale") != RUNNABLE_SCALE:
         return rule_not_rerun(claim, ctx)
     if ctx.results is None:
         return _missing("runs/results.json", "run `dvc repro aggregate`")
@@ -307,29 +627,43 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
     if gap is None:
         return Verdict("not rerun", f"data: results.json has no paired gap {a} - {b} on {metric}",
                        {})
-    lo, hi = gap["ci"]
-    evidence = {"a": a, "b": b, "metric": metric, "diff": gap["diff"], "ci": [lo, hi],
-                "ci_method": gap.get("ci_method"), "n": gap.get("n"),
-                "n_resamples": gap.get("n_resamples"), "profile": ctx.profile,
-                "claim_dataset": claim.setup.get("dataset")}
-    where = (f"{a} - {b} on {metric} = {gap['diff']:+.4f}, 95% [{lo:+.4f}, {hi:+.4f}] on the "
-             f"{ctx.profile} profile (n={gap.get('n')} test pairs; the claim is on "
-             f"{claim.setup.get('dataset')}: the order is checked, not the value)")
-    if lo > 0:
-        return Verdict("reproduced", f"{where} excludes 0 in the claimed direction", evidence)
-    if hi < 0:
-        return Verdict("differs", f"{where} excludes 0 in the other direction", evidence)
-    return Verdict("inconclusive", f"{where} contains 0", evidence)
+    margin = _margin(claim, metric, ctx)
+    if margin is None:
+        return Verdict("inconclusive", f"no audit.margin for metric {metric}", {})
+    est, flags = estimate_of(gap), _chance_flag([a, b], metric, ctx)
+    if claim.setup.get("dataset") != ctx.profile:
+        return _scope(claim, est, margin, flags, ctx)
+    iv = est.interval(1 - ALPHA)
+    if claim.check.type == "inseparable":
+        verdict, reason, evidence = decide(est, 0.0, margin, _claim_seeds(claim))
+        if verdict == "differs" or not iv.lo <= 0 <= iv.hi:
+            verdict, reason = "differs", f"the rerun separates them: {reason}"
+        return Verdict(verdict, reason, {**evidence, "at_chance": flags})
+    if iv.hi < 0:
+        return Verdict("differs", f"{a} - {b} on {metric}: {1 - ALPHA:.0%} [{iv.lo:+.4f}, "
+                       f"{iv.hi:+.4f}] excludes 0 in the other direction",
+                       {"ci": [iv.lo, iv.hi], "at_chance": flags})
+    if flags:
+        return Verdict("inconclusive", _with_chance(f"{a} - {b} on {metric} = "
+                                                    f"{est.estimate:+.4f}", flags),
+                       {"ci": [iv.lo, iv.hi], "at_chance": flags})
+    if claim.metric != "difference":  # the article prints no gap: the order alone
+        verdict = "reproduced" if iv.lo > 0 else "inconclusive"
+        return Verdict(verdict, f"order only (no gap printed): {a} - {b} on {metric}, "
+                       f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}]",
+                       {"ci": [iv.lo, iv.hi], "method": est.method, "note": est.note()})
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    if verdict == "reproduced" and iv.lo <= 0:
+        verdict, reason = "inconclusive", f"the interval reaches 0: {reason}"
+    return Verdict(verdict, f"{a} - {b} on {metric}: {reason}", {**evidence, "at_chance": flags})
 
 
 def rule_arithmetic(claim: Claim, ctx: Context) -> Verdict:
     """Rounding-aware recomputation from the registry's own numbers."""
-    rel = check_relation(claim, ctx.claims)
-    ok = rel["status"] != "fails"
+    rel = check_derived(claim, ctx.claims)
     reason = (f"{claim.formula} = {rel['recomputed']:.6g} (range {rel['recomputed_range'][0]:.6g}"
-              f" to {rel['recomputed_range'][1]:.6g}); claim {claim.op} {claim.printed}: "
-              f"{rel['status']}")
-    return Verdict("arithmetic holds" if ok else "arithmetic fails", reason, rel)
+              f" to {rel['recomputed_range'][1]:.6g}); printed {claim.printed}: {rel['status']}")
+    return Verdict(f"arithmetic {rel['status']}", reason, rel)
 
 
 def lookup(doc: Mapping[str, Any], key: str) -> Any:
@@ -346,23 +680,33 @@ def lookup(doc: Mapping[str, Any], key: str) -> Any:
 
 
 def rule_theory(claim: Claim, ctx: Context) -> Verdict:
-    """A runs/theory.json value against the claim's bound (any profile: no data involved)."""
-    assert claim.check is not None, f"{claim.id}: theory claims need check: {{key, op, bound}}"
+    """A runs/theory.json value (times `factor`) against the claim (any profile: no data
+    involved). With no explicit bound, `eq` means "rounds to the printed value"."""
+    check = claim.check
+    assert check is not None, f"{claim.id}: theory claims need check: {{key, op}}"
     if ctx.theory is None:
         return _missing("runs/theory.json", "run `harness theory`")
-    for key, want in claim.check.requires.items():
+    for key, want in check.requires.items():
         got = lookup(ctx.theory, key)
         if got != want:
             return Verdict("not comparable", f"{key}: claim {want:g}, run {got}", {})
-    got = lookup(ctx.theory, claim.check.key)
+    got = lookup(ctx.theory, check.key)
     if got is None or got == []:
-        return Verdict("not rerun", f"data: runs/theory.json has no {claim.check.key}", {})
-    values = [float(v) for v in (got if isinstance(got, list) else [got])]
-    ok = all(_OPS[claim.check.op](v, claim.check.bound) for v in values)
-    evidence = {"key": claim.check.key, "run": got, "op": claim.check.op,
-                "bound": claim.check.bound, "claim": claim.scalar()}
-    reason = f"{claim.check.key} = {got} ({claim.check.op} {claim.check.bound:g} required)"
-    return Verdict("reproduced" if ok else "differs", reason, evidence)
+        return Verdict("not rerun", f"data: runs/theory.json has no {check.key}", {})
+    values = [float(v) * check.factor for v in (got if isinstance(got, list) else [got])]
+    if check.bound is None and check.op == "eq":
+        lo, hi = printed_interval(str(claim.printed))
+        ok = all(lo - EPS <= v < hi + EPS for v in values)
+        wanted = f"rounds to {claim.printed}"
+    else:
+        bound = claim.scalar() if check.bound is None else check.bound
+        ok = all(_OPS[check.op](v, bound) for v in values)
+        wanted = f"{check.op} {bound:g}"
+    shown = values if len(values) > 1 else values[0]
+    evidence = {"key": check.key, "run": shown, "factor": check.factor, "wanted": wanted,
+                "claim": claim.scalar()}
+    return Verdict("reproduced" if ok else "differs",
+                   f"{check.key} x {check.factor:g} = {shown} ({wanted} required)", evidence)
 
 
 def rule_not_rerun(claim: Claim, ctx: Context) -> Verdict:
@@ -383,19 +727,49 @@ assert set(RULES) == set(RULE_NAMES), "harness.claims.RULE_NAMES and audit.RULES
 
 
 # ------------------------------------------------------------------ driver
-def audit(claims: Mapping[str, Claim], ctx: Context) -> dict[str, Any]:
-    """The audit document (prh.audit/1) without `inputs`."""
+def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> dict[str, int]:
+    """Every verdict and every check status, zeros included: `relation <status>` for the
+    relations across claims and `check <status>` for the other arithmetic checks."""
+    counts = Counter(r["verdict"] for r in claim_rows)
+    counts.update(("relation " if c["check"] in RELATIONS else "check ") + c["status"]
+                  for c in checks if c["check"] != "formula")
+    keys = [*VERDICTS, *(f"relation {s}" for s in STATUSES), *(f"check {s}" for s in STATUSES)]
+    return {k: counts.get(k, 0) for k in keys}
+
+
+def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, Any]:
+    """The audit document (prh.audit/1) without `inputs`. Given a Registry, its relations are
+    checked too."""
+    if isinstance(registry, Registry):
+        ctx = Context(registry.claims, ctx.profile, ctx.results, ctx.theory, registry.relations,
+                      ctx.margins)
     rows = []
-    for c in claims.values():
+    for c in ctx.claims.values():
         v = RULES[c.rule](c, ctx)
         rows.append({"id": c.id, "statement": c.statement, "kind": c.kind, "source": c.source,
                      "where": c.where, "reported_by": c.reported_by, "section": c.section,
-                     "printed": c.printed, "rule": c.rule, "verdict": v.verdict,
-                     "reason": v.reason, "evidence": dict(v.evidence)})
-    summary = Counter(r["verdict"] for r in rows)
+                     "metric": c.metric, "setup": dict(c.setup), "printed": c.printed,
+                     "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
+                     "evidence": dict(v.evidence)})
+    checks = arithmetic_checks(ctx)
     return {"schema": "prh.audit/1", "profile": ctx.profile, "claims": rows,
-            "arithmetic": arithmetic_checks(claims, ctx.results),
-            "summary": {k: summary.get(k, 0) for k in VERDICTS}}
+            "arithmetic": checks, "at_chance": at_chance(ctx.results),
+            "summary": summarize(rows, checks)}
+
+
+def parse_fail_on(text: str) -> frozenset[str]:
+    """`differs,arithmetic` -> the names; an unknown name raises listing the known ones."""
+    names = frozenset(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(names - set(FAIL_ON))
+    if unknown:
+        raise AuditError(f"--fail-on: unknown name(s) {unknown}; choose from {sorted(FAIL_ON)}")
+    return names
+
+
+def gate(doc: Mapping[str, Any], fail_on: Iterable[str]) -> list[str]:
+    """The `--fail-on` names that the audit document trips (for CI: exit non-zero if any)."""
+    summary = doc.get("summary", {})
+    return sorted(name for name in fail_on if any(summary.get(k, 0) for k in FAIL_ON[name]))
 
 
 def check_params_hash(results: Mapping[str, Any], expected: str, path: str) -> None:
@@ -405,3 +779,4 @@ def check_params_hash(results: Mapping[str, Any], expected: str, path: str) -> N
         raise AuditError(f"{path}: params hash {got} differs from the expected {expected} "
                          "(params.yaml); rerun the pipeline (`dvc repro`) or pass the params "
                          "file the results were produced with")
+

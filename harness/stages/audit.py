@@ -3,6 +3,7 @@ with its evidence (harness.audit)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,15 @@ def read_optional(path: Path) -> Any:
 def main(argv: list[str]) -> int:
     """Audit --claims against --results, --theory and --contamination under --params; write
     the verdicts to --out."""
-    from ..audit import Context, audit, check_params_hash
-    from ..claims import load_claims
+    from ..audit import (
+        Context,
+        audit,
+        check_params_hash,
+        gate,
+        margins_from_params,
+        parse_fail_on,
+    )
+    from ..claims import load_registry
 
     parser = stage_parser("audit", main.__doc__)
     parser.add_argument("--claims", type=Path, required=True, help="claims registry (YAML)")
@@ -30,23 +38,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--contamination", type=Path, required=True,
                         help="contamination stage's JSON")
     parser.add_argument("--out", type=Path, required=True, help="audit JSON")
+    parser.add_argument("--fail-on", default="", help="exit 1 when one of these occurs "
+                        "(comma-separated: differs, arithmetic, ambiguous, inconclusive, "
+                        "not-seen), for CI gates")
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params, validate=False)
         results = read_optional(args.results)
         if results is not None:
             check_params_hash(results, params.hash, str(args.results))
-        claims = load_claims(args.claims)
-        doc = audit(claims, Context(claims, params.profile, results,
-                                    read_optional(args.theory)))
+        fail_on = parse_fail_on(args.fail_on)
+        registry = load_registry(args.claims)
+        doc = audit(registry, Context(registry.claims, params.profile, results,
+                                      read_optional(args.theory),
+                                      margins=margins_from_params(args.params)))
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.params]
     doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p.exists()}
     write_json(args.out, doc)
     for verdict, count in doc["summary"].items():
-        print(f"{verdict:<17} {count}")
-    bad = [r for r in doc["arithmetic"] if r["status"] != "holds"]
-    print(f"arithmetic: {len(doc['arithmetic'])} checks, {len(bad)} not holding at printed "
-          f"precision; wrote {args.out}")
-    return 0
+        print(f"{verdict:<38} {count}")
+    print(f"wrote {args.out}")
+    tripped = gate(doc, fail_on)
+    if tripped:
+        print(f"audit: --fail-on {','.join(tripped)} tripped", file=sys.stderr)
+    return 1 if tripped else 0
