@@ -359,7 +359,9 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
     `metrics`. Per arm and metric: the seed spread of the run means and a bootstrap interval
     over test pairs of the per-pair outcome averaged over seeds; per pair of arms and metric:
     the paired bootstrap interval of the gap (same test pairs). Controls and chance levels are
-    reported as seed spreads only.
+    reported as seed spreads only. `two_level` (per metric and per gap): the two-level
+    (seeds x test pairs) bootstrap of `two_level_mean` / `two_level_gap`, which the audit's
+    verdicts read.
     """
     boot = {"level": level, "n_resamples": n_resamples, "seed": seed}
     outcomes = list(per_query[arms[0], seeds[0]])
@@ -371,9 +373,12 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
         for m in outcomes:
             spread = seed_spread({str(s): float(np.mean(per_query[arm, s][m])) for s in seeds})
             ci = bootstrap_ci(seed_mean[arm, m], **boot)
+            runs = np.stack([per_query[arm, s][m] for s in seeds])
             block["metrics"][m.removesuffix("_hit")] = {
                 **spread, **ci.to_dict(),
-                "ci_method": f"{ci.method} (test pairs; per-pair outcome averaged over seeds)"}
+                "ci_method": f"{ci.method} (test pairs; per-pair outcome averaged over seeds)",
+                "two_level": two_level_mean(runs, n_resamples=n_resamples, seed=seed
+                                            ).to_dict(level)}
         for extra in ("r_at_1_fit", *CONTROL_KEYS, f"chance_mknn{k}"):
             values = {str(s): run_metrics[arm, s].get(extra, {}).get("value") for s in seeds}
             if all(v is not None for v in values.values()):
@@ -384,7 +389,10 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
     for a, b in itertools.combinations(arms, 2):
         for m in outcomes:
             diff, ci = paired_bootstrap_diff(seed_mean[a, m], seed_mean[b, m], **boot)
+            pair = [np.stack([per_query[arm, s][m] for s in seeds]) for arm in (a, b)]
             gaps.append({"a": a, "b": b, "metric": m.removesuffix("_hit"), "diff": float(diff),
                          **ci.to_dict(),
-                         "ci_method": f"{ci.method} (per-pair outcome averaged over seeds)"})
+                         "ci_method": f"{ci.method} (per-pair outcome averaged over seeds)",
+                         "two_level": two_level_gap(*pair, n_resamples=n_resamples, seed=seed
+                                                    ).to_dict(level)})
     return {"arms": out_arms, "gaps": gaps}

@@ -75,3 +75,20 @@ def test_interval_moves_with_the_data_and_contains_the_estimate(seeds: int, pair
     iv = base.interval(0.9)
     assert iv.lo <= base.estimate <= iv.hi
     assert base.prediction_interval(3).lo <= iv.lo
+
+
+def test_aggregate_runs_carries_two_level_entries_for_metrics_and_gaps() -> None:
+    from harness.stats import aggregate_runs
+
+    rng = np.random.default_rng(3)
+    arms, seeds = ("good", "bad"), (0, 1, 2)
+    per_query = {(a, s): {"r_at_1_hit": (rng.random(120) < (0.4 if a == "good" else 0.2))
+                          .astype(float)} for a in arms for s in seeds}
+    out = aggregate_runs(per_query, {k: {} for k in per_query}, arms, seeds, k=10, level=0.95,
+                         n_resamples=200, seed=0)
+    block = out["arms"]["good"]["metrics"]["r_at_1"]
+    assert block["two_level"]["estimate"] == pytest.approx(block["mean"])
+    assert block["two_level"]["n_seeds"] == 3 and block["two_level"]["training_variance"]
+    (gap,) = out["gaps"]
+    assert gap["two_level"]["estimate"] == pytest.approx(gap["diff"])
+    assert "paired gap" in gap["two_level"]["method"]
