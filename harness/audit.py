@@ -727,6 +727,23 @@ assert set(RULES) == set(RULE_NAMES), "harness.claims.RULE_NAMES and audit.RULES
 
 
 # ------------------------------------------------------------------ driver
+def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
+    """What a verdict is evidence for, in words (the scope a reader may quote it with)."""
+    data = claim.setup.get("dataset", "the claim's setup")
+    if verdict.startswith("pattern"):
+        return (f"whether the pipeline shows the pattern on the {ctx.profile} profile; nothing "
+                f"about {data}")
+    if verdict.startswith("arithmetic"):
+        return "the internal consistency of the articles' printed numbers"
+    if verdict in ("not rerun", "not comparable"):
+        return f"nothing yet: the {ctx.profile} run does not measure this"
+    if claim.kind == "theory":
+        return "the theorem's numbers on the finite worlds this run draws"
+    seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")
+    return (f"the claim's number on {data}, from the {ctx.profile} run"
+            + (f" ({len(seeds)} seed(s))" if seeds else ""))
+
+
 def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> dict[str, int]:
     """Every verdict and every check status, zeros included: `relation <status>` for the
     relations across claims and `check <status>` for the other arithmetic checks."""
@@ -750,6 +767,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "where": c.where, "reported_by": c.reported_by, "section": c.section,
                      "metric": c.metric, "setup": dict(c.setup), "printed": c.printed,
                      "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
+                     "evidence_for": evidence_for(c, v.verdict, ctx),
                      "evidence": dict(v.evidence)})
     checks = arithmetic_checks(ctx)
     return {"schema": "prh.audit/1", "profile": ctx.profile, "claims": rows,

@@ -157,6 +157,8 @@ def test_each_rule_gives_the_expected_verdict() -> None:
     assert by_id["th_under"]["evidence"]["run"] == 399
     assert by_id["th_ratio"]["evidence"]["run"] == pytest.approx(9.7)
     assert by_id["web"]["reason"].startswith("scale:")
+    assert by_id["good_r1"]["evidence_for"] == ("the claim's number on flickr30k, from the "
+                                                "flickr30k run")
     assert sum(doc["summary"][v] for v in VERDICTS) == len(REGISTRY)
 
 
@@ -174,6 +176,8 @@ def test_other_profile_never_reproduces_and_counts_patterns_apart() -> None:
     reason = rows(doc)["gap_gb"]["reason"]
     assert "on the world profile" in reason and "bad at chance" in reason
     assert "not whether the claim's number holds" in reason
+    assert rows(doc)["gap_gb"]["evidence_for"] == ("whether the pipeline shows the pattern on "
+                                                   "the world profile; nothing about flickr30k")
     assert doc["at_chance"] == {"bad": {"r_at_1": {"ci": pytest.approx([0.128, 0.152]),
                                                    "chance": 0.14}}}
     assert rows(doc)["good_r1"]["evidence"]["at_chance"] == {}
