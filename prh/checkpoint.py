@@ -68,12 +68,14 @@ def rng_untouched() -> Iterator[None]:
 
 
 def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+    """The tokenizer's saved files (name -> bytes), so a checkpoint carries its tokenizer."""
     with tempfile.TemporaryDirectory() as d:
         tokenizer.save(d)
         return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir()) if p.is_file()}
 
 
 def tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
+    """The tokenizer `tokenizer_files` saved."""
     with tempfile.TemporaryDirectory() as d:
         for name, data in files.items():
             (Path(d) / name).write_bytes(data)
@@ -81,6 +83,7 @@ def tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's contents on the CPU; an unreadable or foreign file raises ContractError."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated or foreign file
@@ -92,6 +95,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write `state` to `path` atomically: a killed run leaves the previous checkpoint whole."""
     buf = io.BytesIO()
     torch.save(state, buf)
     with atomic_path(path, suffix=".pt") as tmp:

@@ -140,6 +140,7 @@ class TrainConfig:
                              "train.max_len (Flickr30k captions need about 64)") from e
 
     def n_views(self) -> int:
+        """Views per photo (global + local)."""
         return self.views.n_global + self.views.n_local
 
 
