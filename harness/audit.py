@@ -326,8 +326,7 @@ def rel_interval_vs_seeds(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> 
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     need = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     half = (iv.spread.hi - iv.spread.lo) / 2
-    slack = 0.5 * 10.0 ** -decimals(iv.spread.printed.split(",")[0].strip("[ ")) \
-        if iv.spread.printed else 0.0
+    slack = 0.5 * 10.0 ** -decimals(str(iv.printed))  # its bounds print at its precision
     status = "holds" if half >= need - EPS else \
         "holds within input rounding" if half + slack >= need - EPS else "fails"
     return {"status": status, "needed_half_width": need, "half_width": half,

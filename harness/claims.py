@@ -417,7 +417,7 @@ def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at
             raise ClaimsError(f"{at}: unknown claim id {name!r}{_suggest(name, claims)}")
     fields = {k: raw[k] for k in (*ids, *lists, *other) if k in raw}
     if "op" in other:
-        fields["op"] = _choice(raw.get("op", "ge"), CHECKS, f"{at} field op")
+        fields["op"] = _choice(_require(raw, "op", at), CHECKS, f"{at} field op")
     if rtype in SAME_METRIC:
         metrics = {claims[n].metric for n in named}
         if len(metrics - {"difference"}) > 1:
