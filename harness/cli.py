@@ -1,24 +1,44 @@
-"""`harness` command line: one sub-command per pipeline stage or harness tool (the same
-lazy dispatch as `prh`)."""
+"""`harness` command line: one sub-command per pipeline stage (harness/stages/) and the
+harness tools. Each is a function `f(argv) -> int` named "module:function" and imported
+lazily, so `harness --help` stays fast and each module owns its argument parsing."""
 
 from __future__ import annotations
 
-from prh.cli import dispatch
+import importlib
+import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("harness.stages:run_cli", "validate params and inputs, then `dvc repro` everything"),
-    "world": ("harness.stages:world_cli", "generate the embedded world data set"),
-    "data": ("harness.stages:data_cli", "validate the captions, train the tokenizer"),
-    "image": ("harness.stages:image_cli", "image encoder embeddings of the fit/test photos"),
-    "train": ("harness.stages:train_cli", "train one text arm for one seed, tracked in MLflow"),
-    "align": ("harness.stages:align_cli", "align one text run to the image embeddings, score it"),
-    "theory": ("harness.stages:theory_cli", "the theory checks (threshold grid, bound)"),
-    "aggregate": ("harness.stages:aggregate_cli", "every run's metrics, seed spread, paired gaps"),
-    "contamination": ("harness.contamination:cli", "evaluation captions/images in training"),
-    "audit": ("harness.audit:cli", "the claims registry against the reproduced numbers"),
-    "report": ("harness.report:cli", "render reports/audit.html and reports/audit.pdf"),
+    "run": ("harness.stages.run:main", "validate params and inputs, then `dvc repro` everything"),
+    "world": ("harness.stages.world:main", "generate the embedded world data set"),
+    "prepare": ("harness.stages.prepare:main", "validate the captions, train the tokenizer"),
+    "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
+    "train": ("harness.stages.train:main", "train one text arm for one seed, tracked in MLflow"),
+    "align": ("harness.stages.align:main", "align one text run to the image embeddings, score it"),
+    "theory": ("harness.stages.theory:main", "the theory checks (threshold grid, bound)"),
+    "contamination": ("harness.stages.contamination:main",
+                      "evaluation captions/images found in training"),
+    "aggregate": ("harness.stages.aggregate:main",
+                  "every run's metrics, seed spread, paired gaps"),
+    "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),
+    "report": ("harness.stages.report:main", "render the HTML and PDF report"),
     "diff": ("harness.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
 }
+
+
+def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | None) -> int:
+    """Run `commands[argv[0]]` with the remaining arguments; print usage on -h or no command."""
+    args = sys.argv[1:] if argv is None else argv
+    rows = "\n".join(f"  {name:<14} {text}" for name, (_, text) in commands.items())
+    usage = f"usage: {prog} COMMAND [ARGS]\n\ncommands:\n{rows}\n"
+    if not args or args[0] in {"-h", "--help"}:
+        print(usage)
+        return 0
+    if args[0] not in commands:
+        print(f"{prog}: unknown command {args[0]!r}\n\n{usage}", file=sys.stderr)
+        return 2
+    module_name, func_name = commands[args[0]][0].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(args[1:]) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,9 +17,7 @@ mean per-query outcome on all rows with the mean on clean rows (GPT-3-style).
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 from prh.data import load_karpathy
-from prh.io import ContractError, write_json
+from prh.io import ContractError
 
 TEXT_RULES = ("exact", "prefix40", "ngram13")
 EVAL_SPLITS = ("val", "test")
@@ -174,23 +172,3 @@ def _image_report(corpus: Any, image_dir: Path, max_distance: int, hash_size: in
                                          "other": splits[b][j].filename, "distance": d}
                                         for i, j, d in pairs[:N_EXAMPLES]]}
     return out
-
-
-def cli(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="harness contamination",
-                                 description="evaluation captions/images found in training")
-    ap.add_argument("--dataset", required=True, type=Path, help="Karpathy-split JSON")
-    ap.add_argument("--image-dir", type=Path, default=None, help="folder of the photos")
-    ap.add_argument("--out", type=Path, default=Path("runs/contamination.json"))
-    ap.add_argument("--max-distance", type=int, default=4, help="pHash Hamming threshold")
-    ap.add_argument("--ngram", type=int, default=13)
-    a = ap.parse_args(argv)
-    report = scan(a.dataset, a.image_dir, n=a.ngram, max_distance=a.max_distance)
-    write_json(a.out, report)
-    for split, c in report["captions"].items():
-        print(f"{split}: {c['n_flagged']}/{c['n']} evaluation captions in training "
-              f"({', '.join(f'{k} {v}' for k, v in c['counts'].items())})")
-    for pair, d in report["images"].items():
-        print(f"images {pair}: {d['n_pairs']} pairs within {a.max_distance} bits")
-    print(f"wrote {a.out}", file=sys.stderr)
-    return 0

@@ -38,7 +38,9 @@ import yaml
 from prh.config import ARMS
 from prh.io import ContractError
 
-RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json$")
+from .params import flatten
+from .runfiles import RUN_FILE, check_run_file, run_name
+
 PER_QUERY = {"r_at_1": "r_at_1_hit", "r_at_5": "r_at_5_hit", "mknn10": "mknn10"}
 PROVENANCE_KEYS = ("profile", "params_hash", "data_hash", "git_commit", "git_dirty")
 GATE = re.compile(r"^\s*(?:(?P<arm>[A-Za-z0-9_]+)\.)?(?P<metric>[A-Za-z0-9_]+)\s*"
@@ -151,15 +153,6 @@ def git_out(*args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): obj}
-
-
 def run_from_file(files: Files, folder: str, name: str) -> Run:
     """One `ARM-sSEED.json` and, when it names one, its per-query `.npz`."""
     path = f"{folder.rstrip('/')}/{name}"
@@ -168,13 +161,15 @@ def run_from_file(files: Files, folder: str, name: str) -> Run:
     except json.JSONDecodeError as e:
         raise DiffError(f"{files.where(path)}: not valid JSON ({e.msg}); rerun its align "
                         "stage") from e
-    if not isinstance(data, dict) or data.get("schema") != "prh.metrics/1":
-        raise DiffError(f"{files.where(path)}: not a prh.metrics/1 run file; rerun its stage")
+    try:
+        check_run_file(name, data, files.where(path))
+    except ContractError as e:
+        raise DiffError(str(e)) from e
     m = RUN_FILE.match(name)
-    assert m is not None  # the caller only passes matching names
+    assert m is not None  # check_run_file refuses other names
     metrics = {k: float(v["value"]) for k, v in data.get("metrics", {}).items()
                if isinstance(v, Mapping) and isinstance(v.get("value"), int | float)}
-    run = Run(label=f"{m['arm']}-s{m['seed']}", arm=m["arm"], seed=int(m["seed"]),
+    run = Run(label=run_name(m["arm"], int(m["seed"])), arm=m["arm"], seed=int(m["seed"]),
               source=files.where(path), metrics=metrics,
               provenance={k: data.get("run", {}).get(k) for k in PROVENANCE_KEYS},
               environment=dict(data.get("environment") or {}))
@@ -229,7 +224,8 @@ def load_mlflow_set(spec: Spec, text: str) -> RunSet:
         tags = r.data.tags
         arm = tags.get("arm", rid)
         seed = int(tags["seed"]) if tags.get("seed", "").isdigit() else None
-        runs.append(Run(label=f"{arm}-s{seed}" if seed is not None else rid, arm=arm, seed=seed,
+        label = run_name(arm, seed) if seed is not None else rid
+        runs.append(Run(label=label, arm=arm, seed=seed,
                         source=f"mlflow:{rid}", metrics=dict(r.data.metrics),
                         provenance={k: tags.get(k) for k in PROVENANCE_KEYS},
                         environment={k[4:]: v for k, v in tags.items() if k.startswith("env.")},

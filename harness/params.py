@@ -18,6 +18,8 @@ from typing import Any
 from prh.config import ARMS, dataclass_from_dict
 from prh.io import ContractError, read_yaml
 
+TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depends on
+
 PROFILES = ("world", "flickr30k")
 SECTIONS = ("data", "image", "train", "eval", "theory")
 

@@ -1,69 +1,51 @@
-"""`harness report`: the paper-vs-rerun report as one HTML file and a PDF of the same HTML.
+"""The report's context: every number, table and figure of the paper-vs-rerun report, computed
+from the files the pipeline wrote (formats in docs/contracts.md); harness.render turns it into
+HTML and PDF, and the `report` stage (harness/stages/report.py) writes both.
 
-`build_context(paths)` reads the files the pipeline wrote (formats in docs/contracts.md) and
-computes every number and figure; `render(context)` fills `reports/templates/report.html.j2`
-(the templates only format, they do no statistics); `write_pdf(html, path)` prints that HTML
-with WeasyPrint. The sections follow issue 6 ("Reports and diffs"), with the rerun article
-(000_03f36f523aa97921.txt, "Our rerun") as the example of what a rerun report shows (controls,
-fit-pair vs test scores, fit-size curve, best vs last epoch, effective SIGReg weight) and the
-audit article (001_3694a0dfbde3a8c0.txt, "The Numbers That Shake the Headline Sit in the Same
-Paper") as the example of an audit section.
+The sections follow what a rerun report shows (the rerun article, "Our rerun": controls,
+fit-pair against test scores, the fit-size curve, best against last epoch, the effective SIGReg
+weight) and what an audit shows (the audit article, "The Numbers That Shake the Headline Sit in
+the Same Paper").
 
 A missing or unreadable input never becomes zeros: its section says "absent", with the path
 and the stage that writes it. Run files whose params or data hash differ from `results.json`
 are named in a warning at the top of the report.
 
-Section 2 puts each audited claim next to the rerun number it is about: the claim's `metric`
-and `setup.arm`, read from the audit row when it carries them, else from the claims registry
-(harness/claims.yaml) by claim id.
+The paper-vs-rerun section puts each audited claim next to the rerun number it is about: the
+claim's `metric` and `setup.arm`, read from the audit row when it carries them, else from the
+claims registry (harness/claims.yaml) by claim id.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import functools
-import hashlib
-import io
-import os
-import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import numpy as np
 import yaml
 from markupsafe import Markup
 
 from harness import plots
-from prh.io import ContractError, read_json, write_bytes, write_text
+from harness.contamination import clean_mask, rescore
+from harness.render import brief, rows_and_tables, source_date, table_of
+from harness.runfiles import RUN_FILE, RUN_SCHEMA, check_run_file, run_name
+from prh.io import ContractError, file_sha256, read_json
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
-RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json$")
 STAGES = {
-    "results": "aggregate (`harness aggregate`)",
-    "runs": "align@ARM-SEED (`harness align --arm ARM --seed SEED`)",
-    "theory": "theory (`harness theory`)",
-    "contamination": "contamination (`harness contamination`)",
-    "audit": "audit (`harness audit`)",
+    "results": "stage aggregate (`dvc repro aggregate`)",
+    "runs": "stage align@ARM-SEED (`dvc repro align@ARM-SEED`)",
+    "theory": "stage theory (`dvc repro theory`)",
+    "contamination": "stage contamination (`dvc repro contamination`)",
+    "audit": "stage audit (`dvc repro audit`)",
     "params": "params.yaml (kept in the repository; no stage writes it)",
     "provenance": "harness.params.provenance(), or a --provenance JSON/YAML list",
 }
-SCHEMAS = {"results": "prh.results/1", "audit": "prh.audit/1", "run": "prh.metrics/1"}
+SCHEMAS = {"results": "prh.results/1", "audit": "prh.audit/1", "run": RUN_SCHEMA}
 RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
                "chance_r_at_1")
 ENV_KEYS = ("hash", "python", "torch", "cuda", "cudnn", "gpu", "driver", "image_digest")
-FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
-FONTS = (("DejaVu Sans", "normal", "DejaVuSans.ttf"),
-         ("DejaVu Sans", "bold", "DejaVuSans-Bold.ttf"),
-         ("DejaVu Sans Mono", "normal", "DejaVuSansMono.ttf"))
-FIRST_COLUMNS = ("id", "check", "kind", "statement", "formula", "expression", "printed",
-                 "reported", "value", "recomputed", "computed", "status", "verdict")
-LIST_SHOWN = 12  # longer lists of plain values (e.g. clean_ids) are shown as a count
 CLEAN_OUTCOMES = ("r_at_1_hit", "mknn10")
 MATCHED = {"reproduced", "arithmetic holds"}
 NOT_MATCHED = {"differs", "arithmetic fails"}
@@ -84,10 +66,6 @@ class ReportPaths:
 
 def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
     return {"path": str(path), "stage": STAGES[stage], "reason": reason}
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_input(path: Path, stage: str, schema: str | None = None) -> tuple[Any, dict | None]:
@@ -115,17 +93,17 @@ def load_runs(runs_dir: Path) -> tuple[list[dict], list[dict]]:
         m = RUN_FILE.match(path.name)
         if not m:
             continue
-        data, missing = load_input(path, "runs", SCHEMAS["run"])
-        if missing:
-            problems.append(missing)
+        data, missing = load_input(path, "runs")
+        try:
+            if missing:
+                raise ContractError(missing["reason"])
+            check_run_file(path.name, data, str(path))
+        except ContractError as e:
+            problems.append(missing or absent(path, "runs", str(e)))
             continue
-        run = data.get("run", {})
-        if run.get("arm") != m["arm"] or str(run.get("seed")) != m["seed"]:
-            problems.append(absent(path, "runs", f"its 'run' record says arm {run.get('arm')!r} "
-                                   f"seed {run.get('seed')!r}, the file name says otherwise"))
-            continue
-        runs.append({"label": f"{m['arm']}-s{m['seed']}", "arm": m["arm"], "seed": int(m["seed"]),
-                     "path": str(path), "sha256": sha256(path), **data})
+        arm, seed = m["arm"], int(m["seed"])
+        runs.append({"label": run_name(arm, seed), "arm": arm, "seed": seed, "path": str(path),
+                     "sha256": file_sha256(path), **data})
     runs.sort(key=lambda r: (r["arm"], r["seed"]))
     return runs, problems
 
@@ -186,47 +164,6 @@ def paper_claims(audit: Mapping | None, registry: Mapping[str, Mapping]) -> dict
     return out
 
 
-def flatten(obj: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], dict[str, list[dict]]]:
-    """Scalars as (dotted key, value) rows; lists of records as named tables."""
-    rows: list[tuple[str, Any]] = []
-    tables: dict[str, list[dict]] = {}
-    if isinstance(obj, Mapping):
-        for k in obj:
-            sub_rows, sub_tables = flatten(obj[k], f"{prefix}{k}.")
-            rows += sub_rows
-            tables.update(sub_tables)
-    elif isinstance(obj, list) and obj and all(isinstance(x, Mapping) for x in obj):
-        tables[prefix.rstrip(".")] = [dict(x) for x in obj]
-    elif isinstance(obj, list) and len(obj) > LIST_SHOWN:
-        rows.append((prefix.rstrip("."), f"{len(obj)} items (not listed)"))
-    elif isinstance(obj, list):
-        rows.append((prefix.rstrip("."), ", ".join(str(x) for x in obj)))
-    else:
-        rows.append((prefix.rstrip("."), obj))
-    return rows, tables
-
-
-def table_of(records: Sequence[Mapping]) -> dict[str, list]:
-    """Records with possibly different keys as one table: the union of keys, in first-seen
-    order; nested values shown as `key=value` text."""
-    cols: list[str] = []
-    for r in records:
-        cols += [k for k in r if k not in cols]
-    cols.sort(key=lambda c: FIRST_COLUMNS.index(c) if c in FIRST_COLUMNS else len(FIRST_COLUMNS))
-    return {"columns": cols, "rows": [[brief(r.get(c)) for c in cols] for r in records]}
-
-
-def brief(value: Any) -> Any:
-    """Nested evidence as one line of text; floats to 4 significant digits."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, Mapping):
-        return "; ".join(f"{k}={brief(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(str(brief(v)) for v in value)
-    return value
-
-
 def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
     rows = []
     for arm, block in results.get("arms", {}).items():
@@ -280,7 +217,7 @@ def hyperparameters(params: Any, provenance: Sequence[Mapping] | None) -> list[d
     if provenance is not None:
         return [{"key": p.get("key"), "value": p.get("value"), "source": p.get("source"),
                  "citation": p.get("citation")} for p in provenance]
-    rows, _ = flatten(params or {})
+    rows, _ = rows_and_tables(params or {})
     return [{"key": k, "value": v, "source": None, "citation": None} for k, v in rows]
 
 
@@ -318,8 +255,8 @@ def section_claims(audit: Mapping) -> dict:
 
 def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] | None:
     """Each run's mean per-query outcome on all test rows and on the clean rows (the ids
-    contamination.json lists in `clean_ids.test`), GPT-3-style full-vs-clean rescoring
-    (harness-anchors.md §2.6). None when there is no clean list to score against."""
+    contamination.json lists in `clean_ids.test`): full-against-clean rescoring, as GPT-3's
+    contamination study does. None when there is no clean list to score against."""
     clean = (contamination.get("clean_ids") or {}).get("test")
     if clean is None:
         return None
@@ -330,19 +267,17 @@ def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] 
             out.append({"label": r["label"], "missing": str(npz)})
             continue
         with np.load(npz, allow_pickle=False) as z:
-            mask = np.isin(z["ids"].astype(str), np.asarray(clean, dtype=str))
+            ids = z["ids"].astype(str)
+            mask = clean_mask(ids, set(ids) - set(map(str, clean)))
             for key in CLEAN_OUTCOMES:
                 if key in z.files and mask.any():
-                    x = z[key].astype(np.float64)
-                    out.append({"label": r["label"], "outcome": key, "n": int(x.size),
-                                "n_clean": int(mask.sum()), "full": float(x.mean()),
-                                "clean": float(x[mask].mean()),
-                                "shift": float(x[mask].mean() - x.mean())})
+                    out.append({"label": r["label"], "outcome": key,
+                                **rescore(z[key].astype(np.float64), mask)})
     return out
 
 
 def section_flat(data: Mapping) -> dict:
-    rows, tables = flatten(data)
+    rows, tables = rows_and_tables(data)
     return {"rows": rows, "tables": {k: table_of(v) for k, v in tables.items()}}
 
 
@@ -398,7 +333,7 @@ def build_context(paths: ReportPaths) -> dict:
     runs, run_problems = load_runs(paths.runs_dir)
     no_runs = None if runs else absent(paths.runs_dir / "ARM-sSEED.json", "runs",
                                        "no run files found")
-    inputs = [{"name": name, "path": str(p), "sha256": sha256(p) if p.exists() else None}
+    inputs = [{"name": name, "path": str(p), "sha256": file_sha256(p) if p.exists() else None}
               for name, p in (("results", paths.results), ("audit", paths.audit),
                               ("theory", paths.theory), ("contamination", paths.contamination),
                               ("params", paths.params))]
@@ -445,109 +380,3 @@ def summary(results: Mapping | None, audit: Mapping | None, runs: Sequence[Mappi
                    if s.get("absent")],
         "results_absent": results is None, "audit_absent": audit is None,
     }
-
-
-def source_date() -> str | None:
-    """The report date: SOURCE_DATE_EPOCH when set (reproducible builds), else none at all."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(int(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def fmt_num(value: Any, digits: int = 3) -> str:
-    """Formatting only: floats to `digits` decimals (4 significant when tiny), None to a dash."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if value != 0 and abs(value) < 10 ** -digits:
-        return f"{value:.{digits}g}" if abs(value) >= 1e-4 else f"{value:.2e}"
-    return f"{value:.{digits}f}"
-
-
-def fmt_ci(ci: Sequence[float] | None, digits: int = 3) -> str:
-    return "—" if not ci else f"[{fmt_num(ci[0], digits)}, {fmt_num(ci[1], digits)}]"
-
-
-def font_css(text: str, font_dir: Path = FONT_DIR) -> str:
-    """`@font-face` rules embedding DejaVu, subset to the characters of `text`, so the HTML
-    needs no installed font and WeasyPrint prints no empty glyphs (WeasyPrint #1810). Fonts
-    that are not installed are skipped and the browser falls back to `sans-serif`."""
-    chars = "".join(sorted(set(text) | set("0123456789.-+—−±[]()%, ")))
-    return "\n".join(
-        f'@font-face {{ font-family: "{family}"; font-weight: {weight}; '
-        f'src: url(data:font/ttf;base64,{subset_font(font_dir / name, chars)}) '
-        'format("truetype"); }'
-        for family, weight, name in FONTS if (font_dir / name).exists())
-
-
-@functools.lru_cache(maxsize=16)
-def subset_font(path: Path, chars: str) -> str:
-    """The font at `path` cut down to `chars`, base64; byte-stable (no new `head` date)."""
-    from fontTools import subset  # installed with WeasyPrint
-
-    opts = subset.Options(drop_tables=[*subset.Options().drop_tables, "FFTM"])
-    font = subset.load_font(str(path), opts)
-    font.recalcTimestamp = False
-    sub = subset.Subsetter(opts)
-    sub.populate(text=chars)
-    sub.subset(font)
-    buf = io.BytesIO()
-    subset.save_font(font, buf, opts)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def render(context: Mapping, templates: Path = TEMPLATES) -> str:
-    """The report HTML: autoescaped (captions and statements are data), self-contained
-    (inline SVG, embedded CSS and fonts, no script, no network)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["num"] = fmt_num
-    env.filters["ci"] = fmt_ci
-    template = env.get_template("report.html.j2")
-    draft = template.render(**context, font_css="")
-    return template.render(**context, font_css=Markup(font_css(draft)))
-
-
-def write_pdf(html: str, path: str | os.PathLike[str]) -> None:
-    """Print `html` with WeasyPrint, atomically. Same HTML -> same bytes: the date comes only
-    from the HTML's `dcterms.created` (set from SOURCE_DATE_EPOCH) and the PDF identifier is a
-    hash of the HTML (WeasyPrint issue #1553, harness-anchors.md §2.8)."""
-    from weasyprint import HTML  # slow import; only the PDF needs it
-
-    ident = hashlib.sha256(html.encode("utf-8")).hexdigest()[:32].encode()
-    write_bytes(path, HTML(string=html, base_url=None).write_pdf(pdf_identifier=ident))
-
-
-def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="harness report", description=__doc__.split("\n")[0])
-    ap.add_argument("--results", type=Path, default=Path("runs/results.json"))
-    ap.add_argument("--runs-dir", type=Path, default=Path("runs/align"))
-    ap.add_argument("--theory", type=Path, default=Path("runs/theory.json"))
-    ap.add_argument("--contamination", type=Path, default=Path("runs/contamination.json"))
-    ap.add_argument("--audit", type=Path, default=Path("reports/audit.json"))
-    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--provenance", type=Path, default=None,
-                    help="JSON/YAML list of {key, value, source, citation} (default: "
-                         "harness.params.provenance)")
-    ap.add_argument("--html", type=Path, default=Path("reports/audit.html"))
-    ap.add_argument("--pdf", type=Path, default=None)
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 when a section is absent or a run file mismatches (for CI)")
-    args = ap.parse_args(argv)
-    ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
-                                    args.audit, args.params, args.provenance))
-    for w in ctx["warnings"]:
-        print(f"harness report: warning: {w}", file=sys.stderr)
-    for a in ctx["summary"]["absent"]:
-        print(f"harness report: section {a['section']} absent: {a['path']} ({a['reason']}); "
-              f"written by {a['stage']}", file=sys.stderr)
-    html = render(ctx)
-    write_text(args.html, html)
-    if args.pdf is not None:
-        write_pdf(html, args.pdf)
-    return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"]) else 0

@@ -24,10 +24,8 @@ n = 1,000 candidates. Ties count against the true pair (`prh.metrics.retrieval_r
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -192,7 +190,9 @@ def _check_nonzero(ids: np.ndarray, emb: np.ndarray, path: str) -> None:
                                "cosine; rerun the embedding stage for these rows")
 
 
-def _load_split(img_path: str, txt_path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def load_split(img_path: str, txt_path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One split's image and text embeddings (ids, images, texts): the same ids in the same
+    order, finite, no zero vectors; ContractError naming the file otherwise."""
     ids_i, img, _ = io.load_embeddings(img_path)
     ids_t, txt, _ = io.load_embeddings(txt_path)
     io.check_same_ids(ids_i, ids_t, img_path, txt_path)
@@ -201,45 +201,14 @@ def _load_split(img_path: str, txt_path: str) -> tuple[np.ndarray, np.ndarray, n
     return ids_i, img, txt
 
 
-def cli(argv: Sequence[str] | None = None) -> int:
-    """`prh align`: fit on the fit split, score the test split, write metrics JSON."""
-    p = argparse.ArgumentParser(prog="prh align", description=cli.__doc__)
-    p.add_argument("--image-fit", required=True)
-    p.add_argument("--text-fit", required=True)
-    p.add_argument("--image-test", required=True)
-    p.add_argument("--text-test", required=True)
-    p.add_argument("--out", required=True, help="metrics JSON (written atomically)")
-    p.add_argument("--per-query", help="npz with ids and per-query outcomes")
-    p.add_argument("--k", type=int, default=10, help="neighbours for mutual k-NN")
-    p.add_argument("--seed", type=int, default=0, help="controls and fit-size subsets")
-    p.add_argument("--fit-sizes", default="", help="comma-separated, e.g. 50,100,500")
-    a = p.parse_args(argv)
-    ids_fit, fit_img, fit_txt = _load_split(a.image_fit, a.text_fit)
-    ids_test, test_img, test_txt = _load_split(a.image_test, a.text_test)
-    check_disjoint(ids_fit, ids_test, a.image_fit, a.image_test)
-    sizes = [int(s) for s in a.fit_sizes.split(",") if s.strip()]
-    if not 1 <= a.k < test_img.shape[0]:
-        p.error(f"--k {a.k} needs more than {a.k} test rows; {a.image_test} has "
-                f"{test_img.shape[0]}")
-    if any(not 2 <= s <= fit_img.shape[0] for s in sizes):
-        p.error(f"--fit-sizes {sizes} must lie in [2, {fit_img.shape[0]}], the rows of "
-                f"{a.image_fit}")
-    res = score_alignment(fit_img, fit_txt, test_img, test_txt, k=a.k, seed=a.seed,
-                          fit_sizes=sizes)
-    if a.per_query:
-        with io.atomic_path(a.per_query, suffix=".npz") as tmp:
-            np.savez(tmp, ids=ids_test, **res.per_query)
-    io.write_json(a.out, {
-        "schema": "prh.metrics/1",
-        "inputs": {"image_fit": a.image_fit, "text_fit": a.text_fit,
-                   "image_test": a.image_test, "text_test": a.text_test},
-        "params": {"k": a.k, "seed": a.seed, "fit_sizes": sizes,
-                   "n_fit": int(fit_img.shape[0]), "n_test": int(test_img.shape[0])},
-        "metrics": {name: {"value": v} for name, v in res.metrics.items()},
-        "fit_size_curve": res.fit_size_curve,
-        "per_query": Path(a.per_query).name if a.per_query else None,
-    })
-    print(f"R@1 {res.metrics['r_at_1']:.3f} (fit {res.metrics['r_at_1_fit']:.3f}, "
-          f"chance {res.metrics['chance_r_at_1']:.4f}), mknn{a.k} {res.metrics[f'mknn{a.k}']:.3f}"
-          f" -> {a.out}")
-    return 0
+def check_scoring_sizes(k: int, fit_sizes: Sequence[int], n_fit: int, n_test: int,
+                        fit_name: str, test_name: str) -> None:
+    """Refuse a mutual k-NN k or fit-size curve that the splits cannot hold: 1 <= k < n_test
+    (a query needs k other candidates) and every fit size in [2, n_fit]."""
+    if not 1 <= k < n_test:
+        raise io.ContractError(f"eval.k = {k} needs more than {k} test rows; {test_name} has "
+                               f"{n_test}: lower eval.k in params.yaml")
+    bad = [s for s in fit_sizes if not 2 <= s <= n_fit]
+    if bad:
+        raise io.ContractError(f"eval.fit_sizes {list(fit_sizes)}: {bad} outside [2, {n_fit}], "
+                               f"the rows of {fit_name}: shrink them in params.yaml")

@@ -26,7 +26,8 @@ from prh.io import ContractError
 
 SPLITS = ("train", "val", "test", "restval")
 TRAIN_SPLITS = ("train", "restval")
-REGENERATE = "fix the record, or regenerate the file with `harness data`"
+REGENERATE = ("fix the record, or replace the file (the world profile: `dvc repro world` "
+              "regenerates it; Flickr30k: download the Karpathy split again)")
 
 
 class DataError(ContractError):
@@ -125,8 +126,9 @@ def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
     if min_captions < 1:
         raise ValueError(f"min_captions must be >= 1, got {min_captions}")
     if not path.is_file():
-        raise DataError(f"{path}: file not found; run `harness data` or point the profile's "
-                        "data path at a Karpathy-split JSON (dataset_flickr30k.json)")
+        raise DataError(f"{path}: file not found; the world profile generates it (`dvc repro "
+                        "world`); for Flickr30k place the Karpathy-split JSON "
+                        "(dataset_flickr30k.json) there")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

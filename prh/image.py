@@ -268,7 +268,7 @@ def train_world_image_encoder(paths: list[Path], cfg: ImageConfig, seed: int, ou
         raise ImageError(f"train_world_image_encoder: encoder is {cfg.encoder!r}; only "
                          "'world_cnn' is trained here (DINOv2 is frozen: use build_dinov2)")
     cfg.validate()
-    check_images_exist(paths, "generate the world data set first (`harness data`)")
+    check_images_exist(paths, "generate the world data set first (`dvc repro world`)")
     images = _load_batch(paths, cfg)                                  # (N, 3, S, S) in [0, 1]
     n = images.shape[0]
     bs = min(cfg.batch_size, n)

@@ -25,14 +25,10 @@ authors' `nuisance_directions` returns r = 3 there instead of 4).
 
 from __future__ import annotations
 
-import argparse
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from prh import io
 from prh.align import procrustes
 
 
@@ -341,24 +337,3 @@ def summary(name: str, res: dict, seconds: float) -> str:
                 f"({len(res['tie_rows'])} rows); {seconds:.1f} s")
     return (f"bound: {res['n_hold']}/{res['n_worlds']} worlds under the bound, "
             f"largest ratio {res['largest_ratio']:.3f}; {seconds:.1f} s")
-
-
-def cli(argv: Sequence[str] | None = None) -> int:
-    """`prh theory grid|bound|all --out theory.json`: exact finite-world checks."""
-    ap = argparse.ArgumentParser(prog="prh theory", description=cli.__doc__)
-    ap.add_argument("what", choices=["grid", "bound", "all"])
-    ap.add_argument("--out", required=True, help="JSON, written atomically")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-worlds", type=int,
-                    help="default: 20 for grid (40 points each), 300 for bound")
-    a = ap.parse_args(argv)
-    grid_worlds = a.n_worlds or 20
-    runs = {"grid": lambda: run_grid(grid_worlds, n_points=40 * grid_worlds, seed=a.seed),
-            "bound": lambda: run_bound_check(a.n_worlds or 300, seed=a.seed)}
-    out = {}
-    for name in (["grid", "bound"] if a.what == "all" else [a.what]):
-        start = time.perf_counter()
-        out[name] = runs[name]()
-        print(summary(name, out[name], time.perf_counter() - start))
-    io.write_json(a.out, out)
-    return 0

@@ -71,17 +71,17 @@ class Tokenizer:
         """Read a directory written by `save`; refuses one whose two files disagree."""
         path = Path(directory) / TOKENIZER_FILE
         if not path.is_file():
-            raise TokenizerError(f"{path}: file not found; run `harness data` to train and "
-                                 "save the tokenizer")
+            raise TokenizerError(f"{path}: file not found; run `dvc repro prepare` to train "
+                                 "and save the tokenizer")
         try:
             backend = tokenizers.Tokenizer.from_file(str(path))
         except Exception as e:  # the Rust library raises a bare Exception on bad JSON
-            raise TokenizerError(f"{path}: cannot be read ({e}); rerun `harness data`") from e
+            raise TokenizerError(f"{path}: cannot be read ({e}); rerun `dvc repro prepare`") from e
         tok = cls(backend, source=str(path))
         vocab_path = Path(directory) / VOCAB_FILE
         if vocab_path.is_file() and vocab_path.read_text(encoding="utf-8").split("\n")[:-1] \
                 != tok.vocab():
-            raise TokenizerError(f"{vocab_path}: differs from {path}; rerun `harness data`")
+            raise TokenizerError(f"{vocab_path}: differs from {path}; rerun `dvc repro prepare`")
         return tok
 
 

@@ -20,7 +20,6 @@ tuned to make an arm win; every default here is assumed by us.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from prh.config import dataclass_from_dict
-from prh.io import atomic_dir
 
 OBJECTS = [("dog", "puppy", "hound"), ("cat", "kitten", "feline"), ("ball", "sphere", "orb"),
            ("car", "automobile", "vehicle"), ("tree", "sapling", "oak"),
@@ -233,16 +231,3 @@ def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
     (tmp / "world.json").write_text(json.dumps(world, sort_keys=True) + "\n", encoding="utf-8")
     return {"photos": len(images), "captions": sentid,
             "splits": {s: splits.count(s) for s in ("train", "val", "test")}}
-
-
-def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="prh world", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--config", type=Path, help="JSON file of WorldConfig fields")
-    args = parser.parse_args(argv)
-    raw = json.loads(args.config.read_text()) if args.config else {}
-    cfg = WorldConfig.from_dict(raw, where=str(args.config or "defaults"))
-    with atomic_dir(args.out) as tmp:
-        summary = write_world(cfg, tmp)
-    print(json.dumps(summary))
-    return 0

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
-
 import numpy as np
 import pytest
 from scipy.linalg import orthogonal_procrustes
@@ -131,76 +128,57 @@ def test_check_disjoint_names_the_overlapping_ids():
     align.check_disjoint(["1"], ["2"], "fit.npz", "test.npz")
 
 
-# ----------------------------------------------------------------------------- CLI
+# ------------------------------------------------------------------- the align stage's checks
 def write_split(tmp_path, name, ids, img, txt):
     io.save_embeddings(tmp_path / f"img-{name}.npz", ids, img)
     io.save_embeddings(tmp_path / f"txt-{name}.npz", ids, txt)
     return [str(tmp_path / f"img-{name}.npz"), str(tmp_path / f"txt-{name}.npz")]
 
 
-def cli_args(tmp_path, fit, test, extra=()):
-    return ["--image-fit", fit[0], "--text-fit", fit[1], "--image-test", test[0],
-            "--text-test", test[1], "--out", str(tmp_path / "m.json"), *extra]
+def test_load_split_returns_ids_and_both_sides(tmp_path):
+    x, y = paired(40)
+    ids = [str(i) for i in range(40)]
+    got_ids, img, txt = align.load_split(*write_split(tmp_path, "ok", ids, x, y))
+    assert got_ids.tolist() == ids
+    np.testing.assert_array_equal(img, x.astype(img.dtype))
+    np.testing.assert_array_equal(txt, y.astype(txt.dtype))
 
 
-def test_cli_writes_metrics_and_per_query(tmp_path):
-    x, y = paired(160)
-    ids = [str(i) for i in range(160)]
-    fit = write_split(tmp_path, "fit", ids[:100], x[:100], y[:100])
-    test = write_split(tmp_path, "test", ids[100:], x[100:], y[100:])
-    pq = tmp_path / "pq.npz"
-    assert align.cli(cli_args(tmp_path, fit, test, ["--per-query", str(pq), "--fit-sizes",
-                                                    "20,50"])) == 0
-    out = json.loads((tmp_path / "m.json").read_text())
-    assert out["schema"] == "prh.metrics/1" and out["per_query"] == "pq.npz"
-    assert out["params"]["n_test"] == 60 and len(out["fit_size_curve"]) == 2
-    with np.load(pq) as z:
-        assert z["ids"].tolist() == ids[100:]
-        assert out["metrics"]["r_at_1"]["value"] == pytest.approx(z["r_at_1_hit"].mean())
-        assert set(z.files) == {"ids", "r_at_1_hit", "r_at_5_hit", "mknn10"}
-
-
-def test_cli_refuses_bad_files(tmp_path):
+def test_load_split_and_disjoint_refuse_bad_files(tmp_path):
     x, y = paired(120)
     ids = [str(i) for i in range(120)]
-    fit = write_split(tmp_path, "fit", ids[:80], x[:80], y[:80])
     test = write_split(tmp_path, "test", ids[80:], x[80:], y[80:])
     # ids that differ between modalities
     io.save_embeddings(tmp_path / "txt-bad.npz", ids[80:][::-1], y[80:])
     with pytest.raises(io.ContractError, match=r"img-test.npz and .*txt-bad.npz: ids differ"):
-        align.cli(cli_args(tmp_path, fit, [test[0], str(tmp_path / "txt-bad.npz")]))
+        align.load_split(test[0], str(tmp_path / "txt-bad.npz"))
     # different row counts
     io.save_embeddings(tmp_path / "txt-short.npz", ids[80:110], y[80:110])
     with pytest.raises(io.ContractError, match="has 40 rows, .*txt-short.npz has 30"):
-        align.cli(cli_args(tmp_path, fit, [test[0], str(tmp_path / "txt-short.npz")]))
+        align.load_split(test[0], str(tmp_path / "txt-short.npz"))
     # NaN rows
     bad = y[80:].copy()
     bad[[3, 5], 0] = np.nan
     io.save_embeddings(tmp_path / "txt-nan.npz", ids[80:], bad)
     with pytest.raises(io.ContractError, match=r"txt-nan.npz: NaN or inf .*'83'.*'85'"):
-        align.cli(cli_args(tmp_path, fit, [test[0], str(tmp_path / "txt-nan.npz")]))
+        align.load_split(test[0], str(tmp_path / "txt-nan.npz"))
     # zero vectors
     zero = y[80:].copy()
     zero[7] = 0
     io.save_embeddings(tmp_path / "txt-zero.npz", ids[80:], zero)
     with pytest.raises(io.ContractError, match=r"txt-zero.npz: zero vectors at ids \['87'\]"):
-        align.cli(cli_args(tmp_path, fit, [test[0], str(tmp_path / "txt-zero.npz")]))
+        align.load_split(test[0], str(tmp_path / "txt-zero.npz"))
     # a fit split that overlaps the test split
-    leak = write_split(tmp_path, "leak", ids[70:90], x[70:90], y[70:90])
     with pytest.raises(io.ContractError, match=r"share 10 ids, first \['80', '81'"):
-        align.cli(cli_args(tmp_path, leak, test))
-    assert not (tmp_path / "m.json").exists()
+        align.check_disjoint(ids[70:90], ids[80:], "fit.npz", "test.npz")
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--k", "40"], "--k 40 needs more than 40 test rows; .*img-test.npz has 40"),
-    (["--fit-sizes", "10,81"], r"--fit-sizes \[10, 81\] must lie in \[2, 80\].*img-fit.npz")])
-def test_cli_refuses_k_and_fit_sizes_beyond_the_files(tmp_path, capsys, extra, message):
-    x, y = paired(120)
-    ids = [str(i) for i in range(120)]
-    fit = write_split(tmp_path, "fit", ids[:80], x[:80], y[:80])
-    test = write_split(tmp_path, "test", ids[80:], x[80:], y[80:])
-    with pytest.raises(SystemExit):
-        align.cli(cli_args(tmp_path, fit, test, extra))
-    assert re.search(message, capsys.readouterr().err)
-    assert not (tmp_path / "m.json").exists()
+@pytest.mark.parametrize("k, sizes, message", [
+    (40, [10], r"eval.k = 40 needs more than 40 test rows; test.npz has 40"),
+    (0, [10], r"eval.k = 0 needs more than 0 test rows"),
+    (10, [10, 81], r"eval.fit_sizes \[10, 81\]: \[81\] outside \[2, 80\], the rows of fit.npz"),
+    (10, [1], r"\[1\] outside \[2, 80\]")])
+def test_scoring_sizes_beyond_the_splits_are_refused(k, sizes, message):
+    with pytest.raises(io.ContractError, match=message):
+        align.check_scoring_sizes(k, sizes, 80, 40, "fit.npz", "test.npz")
+    align.check_scoring_sizes(39, [2, 80], 80, 40, "fit.npz", "test.npz")

@@ -13,12 +13,12 @@ from PIL import Image, ImageFilter
 from harness.contamination import (
     caption_overlap,
     clean_mask,
-    cli,
     image_duplicates,
     normalise,
     phash_bits,
     rescore,
 )
+from harness.stages.contamination import main as stage_main
 
 TRAIN = [
     "A dog runs across the snowy field.",
@@ -78,7 +78,7 @@ def test_clean_mask_and_rescore() -> None:
         rescore(np.ones(2), np.zeros(2, dtype=bool))
 
 
-def test_cli_end_to_end(tmp_path: Path) -> None:
+def test_stage_end_to_end(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
     rows = []
@@ -93,7 +93,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         im.save(images / "7.png")
     (tmp_path / "dataset.json").write_text(json.dumps({"dataset": "tiny", "images": rows}))
     out = tmp_path / "contamination.json"
-    assert cli(["--dataset", str(tmp_path / "dataset.json"), "--image-dir", str(images),
+    assert stage_main(["--dataset", str(tmp_path / "dataset.json"), "--image-dir", str(images),
                 "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep["captions"]["test"]["counts"] == {"exact": 1, "prefix40": 0, "ngram13": 0}

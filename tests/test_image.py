@@ -1,8 +1,7 @@
-"""prh.image and prh.embed: world encoder training, strict loading, DINOv2 build, embed CLI."""
+"""prh.image: world encoder training, strict loading, the DINOv2 build."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from prh import embed, image, io
+from prh import image
 from prh.image import ImageConfig, ImageError
 
 TINY = {"image_size": 16, "embed_dim": 16, "width": 8, "depth": 2, "proj_hidden": 32,
@@ -245,47 +244,3 @@ def test_build_dinov2_is_strict_and_says_where_weights_go(dinov2_state, tmp_path
     with pytest.raises(ImageError, match=r"bad.pt: not a DINOv2.*missing keys \['blocks.3.attn"
                                          r".qkv.weight'\].*unexpected keys \['surplus'\]"):
         image.build_dinov2(tmp_path / "bad.pt")
-
-
-# ---------------------------------------------------------------------------- embed CLI
-
-def write_dataset(root: Path, order: list[int], filenames: dict[int, str]) -> Path:
-    images = [{"imgid": i, "filename": filenames[i], "split": "val" if i != 0 else "train",
-               "sentences": [{"raw": f"scene {i}", "tokens": ["scene", str(i)], "sentid": i,
-                              "imgid": i}], "sentids": [i]} for i in order]
-    path = root / "dataset.json"
-    path.write_text(json.dumps({"dataset": "world", "images": images}))
-    return path
-
-
-def test_embed_cli_writes_ids_in_dataset_order(trained, tmp_path):
-    root, paths, cfg, model = trained
-    order = [0, 17, 3, 11, 5]                    # imgid 0 is train; val rows in file order
-    dataset = write_dataset(tmp_path, order, {i: paths[i].name for i in order})
-    out = tmp_path / "val.npz"
-    rc = embed.cli(["--encoder", "world_cnn", "--checkpoint", str(root / "encoder.pt"),
-                    "--dataset", str(dataset), "--image-dir", str(paths[0].parent),
-                    "--split", "val", "--out", str(out)])
-    assert rc == 0
-    ids, emb, meta = io.load_embeddings(out)
-    assert list(ids) == ["17", "3", "11", "5"]
-    np.testing.assert_allclose(emb, embed_all(model, [paths[i] for i in (17, 3, 11, 5)], cfg),
-                               rtol=1e-5, atol=1e-6)
-    assert meta["encoder"] == "world_cnn" and meta["split"] == "val" and meta["dim"] == 16
-    assert meta["preprocessing"]["image_size"] == 16
-    assert meta["weights_sha256"] == embed.sha256(root / "encoder.pt")
-
-
-def test_embed_cli_refuses_missing_images_naming_them(trained, tmp_path, capsys):
-    root, paths, *_ = trained
-    order = list(range(1, 15))
-    names = {i: paths[i].name if i < 2 else f"gone_{i}.png" for i in order}
-    dataset = write_dataset(tmp_path, order, names)
-    out = tmp_path / "val.npz"
-    rc = embed.cli(["--encoder", "world_cnn", "--checkpoint", str(root / "encoder.pt"),
-                    "--dataset", str(dataset), "--image-dir", str(paths[0].parent),
-                    "--out", str(out)])
-    err = capsys.readouterr().err
-    assert rc == 1 and not out.exists()
-    assert "13 image file(s) missing" in err and "gone_2.png" in err and "gone_11.png" in err
-    assert "gone_12.png" not in err and "and 3 more" in err and "--image-dir" in err

@@ -61,39 +61,6 @@ def test_bad_parameter_names_file_and_key(tmp_path, edit, needles):
         assert needle in message
 
 
-def test_views_longer_than_the_captions_allow_stop_the_data_stage(tmp_path, monkeypatch, capsys):
-    """max_len 6 leaves 4 tokens: most world captions would be cut, so `harness data` refuses
-    before the image encoder or any text encoder trains."""
-    from harness.stages import data_cli, world_cli
-
-    def edit(r):
-        r["world"]["data"]["world"].update(n_train=40, n_fit=5, n_test=5)
-        r["world"]["train"]["max_len"] = 6
-
-    path = write(tmp_path, edit)
-    monkeypatch.chdir(tmp_path)
-    assert world_cli(["--params", str(path)]) == 0
-    assert data_cli(["--params", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert "dataset.json (training captions)" in err and "world.train.max_len" in err
-    assert not (tmp_path / "data" / "world" / "prepared").exists()
-
-
-def test_flickr30k_without_data_stops_at_the_first_stage_listing_every_missing_path(
-        tmp_path, monkeypatch, capsys):
-    from harness.stages import world_cli
-
-    path = write(tmp_path, lambda r: r.update(profile="flickr30k"))
-    monkeypatch.chdir(tmp_path)
-    assert world_cli(["--params", str(path)]) == 2
-    err = capsys.readouterr().err
-    for missing in ("data/flickr30k/raw/dataset.json", "data/flickr30k/raw/images",
-                    "data/flickr30k/raw/weights/dinov2_vitb14.pth"):
-        assert missing in err
-    assert "dvc add data/flickr30k/raw" in err
-    assert not (tmp_path / "data").exists()
-
-
 def test_every_training_default_has_a_source_inside_the_repository(tmp_path):
     """harness/provenance.yaml: each flickr30k train key gets its citation from the file (none
     falls back to 'chosen by us'), every entry names a train key, and no citation points to a

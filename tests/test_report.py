@@ -15,15 +15,9 @@ from hypothesis import strategies as st
 
 from harness import plots
 from harness.claims import load_claims
-from harness.report import (
-    ReportPaths,
-    best_and_last,
-    build_context,
-    cli,
-    fmt_num,
-    render,
-    write_pdf,
-)
+from harness.render import fmt_num, render, write_pdf
+from harness.report import ReportPaths, best_and_last, build_context
+from harness.stages.report import main as report_main
 
 FIX = Path(__file__).parent / "fixtures" / "pipeline"
 EPOCH = "1700000000"
@@ -170,8 +164,9 @@ def test_missing_inputs_render_absent_sections(tmp_path: Path) -> None:
     for name in ("paper_vs_rerun", "seed_spread", "runs", "claims", "contamination"):
         assert sections[name]["absent"] is not None, name
     assert html.count("<b>absent</b>") >= 7
-    for stage in ("aggregate (`harness aggregate`)", "audit (`harness audit`)",
-                  "contamination (`harness contamination`)", "theory (`harness theory`)"):
+    for stage in ("stage aggregate (`dvc repro aggregate`)", "stage audit (`dvc repro audit`)",
+                  "stage contamination (`dvc repro contamination`)",
+                  "stage theory (`dvc repro theory`)"):
         assert stage in html
     assert str(tmp_path / "nowhere" / "results.json") in html
     assert 'data-k="rerun.' not in html and 'data-k="run.' not in html
@@ -216,14 +211,16 @@ def test_hyperparameters_without_provenance_list_say_so(tmp_path: Path) -> None:
 
 def test_cli_writes_html(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    rc = cli(["--results", str(FIX / "results.json"), "--runs-dir", str(FIX / "align"),
+    rc = report_main(["--results", str(FIX / "results.json"), "--runs-dir", str(FIX / "align"),
               "--theory", str(FIX / "theory.json"), "--contamination",
               str(FIX / "contamination.json"), "--audit", str(FIX / "audit.json"),
               "--params", str(FIX / "params.yaml"), "--provenance", str(FIX / "provenance.json"),
               "--html", str(out)])
     assert rc == 0 and "<h2>8. Provenance</h2>" in out.read_text()
-    assert cli(["--results", str(tmp_path / "none.json"), "--runs-dir", str(tmp_path),
-                "--params", str(tmp_path / "none.yaml"), "--html", str(out), "--strict"]) == 1
+    none = [str(tmp_path / f"none.{ext}") for ext in ("json", "yaml")]
+    assert report_main(["--results", none[0], "--runs-dir", str(tmp_path), "--theory", none[0],
+                        "--contamination", none[0], "--audit", none[0], "--params", none[1],
+                        "--html", str(out), "--strict"]) == 1
 
 
 def test_best_and_last_by_hand() -> None:

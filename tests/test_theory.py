@@ -3,8 +3,6 @@ proves"; the audit article, section 1)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,11 +159,3 @@ def test_bad_parameters_are_refused():
     kernel[3] = kernel[:, 3] = 0
     with pytest.raises(ValueError, match=r"observations \[3\] have no mass"):
         theory.laplacian_eigenmap(kernel, K)
-
-
-def test_cli_writes_json(tmp_path, capsys):
-    out = tmp_path / "theory.json"
-    assert theory.cli(["all", "--n-worlds", "2", "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
-    assert res["grid"]["n_points"] == 80 and res["bound"]["n_worlds"] == 2
-    assert "tie rows r = [4]" in capsys.readouterr().out

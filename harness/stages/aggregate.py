@@ -1,0 +1,68 @@
+"""Stage `aggregate`: every run's scores in one file, runs/results.json: per-arm seed spread,
+intervals over test pairs of the seed-mean outcome, and paired intervals on the gaps between
+arms (harness.stats.aggregate_runs)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from prh.io import ContractError, check_same_ids, read_json, write_json
+
+from ..params import load_params
+from ..runfiles import check_run_file, run_name
+from .common import fail, stage_parser
+
+
+def load_per_query(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The row ids and per-pair outcomes an align stage saved beside its run file."""
+    if not path.exists():
+        raise ContractError(f"{path}: missing; rerun its align stage (`harness run`)")
+    with np.load(path, allow_pickle=False) as z:
+        return z["ids"].astype(str), {k: z[k] for k in z.files if k != "ids"}
+
+
+def main(argv: list[str]) -> int:
+    """Gather the run files of --align-dir for every arm and seed of params.yaml; write the
+    per-arm and per-gap statistics to --out (the data hash from --prepared's summary)."""
+    from ..stats import aggregate_runs
+
+    parser = stage_parser("aggregate", main.__doc__)
+    parser.add_argument("--align-dir", type=Path, required=True, help="align stages' folder")
+    parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
+    parser.add_argument("--out", type=Path, required=True, help="results JSON")
+    args = parser.parse_args(argv)
+    try:
+        params = load_params(args.params)
+        ev = params.eval_config()
+        metrics, per_query, ids_ref = {}, {}, None
+        for arm, seed in itertools.product(params.arms, params.seeds):
+            name = run_name(arm, seed)
+            path = args.align_dir / f"{name}.json"
+            run = check_run_file(path.name, read_json(path), str(path))
+            if run["run"]["params_hash"] != params.hash:
+                raise ContractError(f"{path}: params hash {run['run']['params_hash']} differs "
+                                    f"from params.yaml's {params.hash}; rerun `harness run`")
+            metrics[arm, seed] = run["metrics"]
+            ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
+            if ids_ref is None:
+                ids_ref = ids
+            check_same_ids(ids_ref, ids, "first run's test ids", f"{name}.npz test ids")
+        summary = read_json(args.prepared / "summary.json")
+    except ContractError as e:
+        return fail(e)
+    stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
+                           level=ev.ci_level, n_resamples=ev.n_resamples,
+                           seed=ev.bootstrap_seed)
+    write_json(args.out, {
+        "schema": "prh.results/1", "profile": params.profile, "params_hash": params.hash,
+        "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)), **stats,
+        "runs": [str(args.align_dir / f"{run_name(a, s)}.json")
+                 for a, s in itertools.product(params.arms, params.seeds)]})
+    for arm in params.arms:
+        r1 = stats["arms"][arm]["metrics"]["r_at_1"]
+        print(f"aggregate: {arm:<4} R@1 mean {r1['mean']:.3f} over seeds {list(params.seeds)}, "
+              f"{ev.ci_level:.0%} interval over test pairs [{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
+    return 0

@@ -1,0 +1,101 @@
+"""Stage `align@ARM-SEED`: fit Procrustes on the fit pairs, score the test pairs with bootstrap
+intervals over test pairs, controls and the fit-size curve; add the final scores to the run's
+MLflow record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prh.io import ContractError, atomic_path, read_json, write_json
+
+from ..params import TRAIN_SECTIONS, load_params
+from ..runfiles import RUN_SCHEMA, run_name
+from .common import add_run_args, fail, stage_parser
+
+
+def save_per_query(path: Path, ids: np.ndarray, per_query: dict[str, np.ndarray]) -> None:
+    """Per-test-pair outcomes (hits, mutual k-NN overlaps) with their row ids, atomically."""
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez(tmp, ids=ids, **{k: np.asarray(v, dtype=np.float64) for k, v in per_query.items()})
+
+
+def log_final(run_id: str, metrics: dict[str, Any]) -> None:
+    """The final scores and their interval ends as `final.*` metrics of the training run."""
+    import mlflow
+
+    from .. import tracking
+
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    client = mlflow.MlflowClient()
+    for key, m in metrics.items():
+        client.log_metric(run_id, f"final.{key}", m["value"])
+        if "ci" in m:
+            client.log_metric(run_id, f"final.{key}.ci_lo", m["ci"][0])
+            client.log_metric(run_id, f"final.{key}.ci_hi", m["ci"][1])
+
+
+def main(argv: list[str]) -> int:
+    """Align the text embeddings of --text to the image embeddings of --image; write the scores
+    to --out (JSON) and the per-pair outcomes to --per-query (.npz, beside it)."""
+    from prh.align import check_disjoint, check_scoring_sizes, load_split, score_alignment
+
+    from ..stats import bootstrap_ci
+
+    parser = add_run_args(stage_parser("align", main.__doc__))
+    parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
+    parser.add_argument("--text", type=Path, required=True, help="this run's text folder")
+    parser.add_argument("--out", type=Path, required=True, help="scores, ARM-sSEED.json")
+    parser.add_argument("--per-query", type=Path, required=True,
+                        help="per-pair outcomes, ARM-sSEED.npz, beside --out")
+    args = parser.parse_args(argv)
+    name = run_name(args.arm, args.seed)
+    try:
+        params = load_params(args.params)
+        ev = params.eval_config()
+        run = read_json(args.text / "run.json")
+        if run["train_hash"] != params.section_hash(*TRAIN_SECTIONS):
+            raise ContractError(f"{args.text / 'run.json'}: trained with params hash "
+                                f"{run['train_hash']}, params.yaml now gives "
+                                f"{params.section_hash(*TRAIN_SECTIONS)}; rerun the pipeline "
+                                "(`harness run`)")
+        (ids_fit, img_fit, txt_fit), (ids_test, img_test, txt_test) = (
+            load_split(str(args.image / f"{split}.npz"), str(args.text / f"{split}.npz"))
+            for split in ("val", "test"))
+        check_disjoint(ids_fit, ids_test, str(args.image / "val.npz"),
+                       str(args.image / "test.npz"))
+        check_scoring_sizes(ev.k, ev.fit_sizes, len(ids_fit), len(ids_test),
+                            str(args.image / "val.npz"), str(args.image / "test.npz"))
+    except ContractError as e:
+        return fail(e)
+    scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
+                             fit_sizes=ev.fit_sizes)
+    metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
+    for metric, outcomes in scores.per_query.items():
+        ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
+                          seed=ev.bootstrap_seed)
+        metrics[metric.removesuffix("_hit")] = {"value": float(np.mean(outcomes)),
+                                                **ci.to_dict(),
+                                                "ci_method": f"{ci.method} (test pairs)"}
+    if args.per_query.parent.resolve() != args.out.parent.resolve():
+        return fail(ContractError(f"--per-query {args.per_query} must sit beside --out "
+                                  f"{args.out}: the run file names it by file name"))
+    out_npz = args.per_query
+    save_per_query(out_npz, ids_test, scores.per_query)
+    write_json(args.out, {
+        "schema": RUN_SCHEMA,
+        "run": {**{k: run[k] for k in ("arm", "seed", "profile", "mlflow_run_id", "train_hash",
+                                       "data_hash", "git_commit", "git_dirty")},
+                "params_hash": params.hash},
+        "environment": run.get("environment", {}),
+        "metrics": metrics, "fit_size_curve": scores.fit_size_curve,
+        "curve": read_json(args.text / "curve.json"),
+        "effective_sigreg_weight": run.get("effective_sigreg_weight"),
+        "per_query": out_npz.name})
+    log_final(run["mlflow_run_id"], metrics)
+    r1 = metrics["r_at_1"]
+    print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
+          f"[{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
+    return 0

@@ -1,0 +1,50 @@
+"""Stage `image`: image embeddings of the fit (val) and test photos, from the world's small
+bad-view image JEPA trained on the training images, or from frozen DINOv2 ViT-B/14."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prh.io import ContractError, atomic_dir, save_embeddings
+
+from .common import fail, preflight, stage_parser, weights_path
+
+
+def main(argv: list[str]) -> int:
+    """Embed the val and test photos of --raw (dataset.json, images/) into --out/{val,test}.npz."""
+    from prh import image
+    from prh.data import load_karpathy
+
+    parser = stage_parser("image", main.__doc__)
+    parser.add_argument("--raw", type=Path, required=True,
+                        help="raw data folder (dataset.json, images/, weights/)")
+    parser.add_argument("--out", type=Path, required=True, help="image-embedding folder")
+    args = parser.parse_args(argv)
+    try:
+        params = preflight(args.params, args.raw)
+        cfg = params.image_config()
+        corpus = load_karpathy(args.raw / "dataset.json", min_captions=1)
+        images = args.raw / "images"
+        needed = ("train", "val", "test") if cfg.encoder == "world_cnn" else ("val", "test")
+        image.check_images_exist([images / p.filename for s in needed for p in corpus.split(s)],
+                                 f"put the data set's photos in {images} (the file names "
+                                 f"dataset.json lists), or regenerate it with `dvc repro`")
+    except ContractError as e:
+        return fail(e)
+    with atomic_dir(args.out) as tmp:
+        if cfg.encoder == "world_cnn":
+            paths = [images / p.filename for p in corpus.split("train")]
+            # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
+            model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
+        else:
+            model = image.build_dinov2(weights_path(params, args.raw), img_size=cfg.image_size)
+        for split in ("val", "test"):
+            photos = corpus.split(split)
+            emb = image.embed_images(model, [images / p.filename for p in photos],
+                                     image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
+                                     batch_size=cfg.embed_batch_size, progress=None)
+            save_embeddings(tmp / f"{split}.npz", [p.id for p in photos], emb,
+                            meta={"encoder": cfg.encoder, "config": cfg.to_dict(),
+                                  "params_hash": params.hash})
+    print(f"image: embedded val and test with {cfg.encoder}")
+    return 0

@@ -1,0 +1,64 @@
+"""Stage `prepare`: validate the profile's caption file and train the WordPiece tokenizer on
+its training captions; refuse a max_len that would cut the captions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prh.io import ContractError, atomic_dir, file_sha256, write_json
+
+from ..params import Params
+from .common import fail, preflight, stage_parser
+
+DATA_HASH_CHARS = 16  # the data hash shown in tags and results (a prefix of the file's sha256)
+
+
+def data_hash(path: Path) -> str:
+    """The caption file's identity in results and MLflow tags: its sha256, first 16 hex."""
+    return file_sha256(path)[:DATA_HASH_CHARS]
+
+
+def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Path) -> None:
+    """Refuse a train.max_len that would cut more than 1% of the training captions."""
+    from prh.batches import tokenize_captions
+    from prh.train_config import view_config
+    from prh.views import check_fits
+
+    cfg = params.train_config(params.arms[0], params.seeds[0])
+    lengths = [len(ids) for ids in tokenize_captions(photos, tokenizer).values()]
+    try:
+        check_fits(view_config(cfg, tokenizer), lengths, where=f"{path} (training captions)")
+    except ValueError as e:
+        raise ContractError(f"{e} ({params.profile}.train.max_len in {params.path})") from e
+
+
+def main(argv: list[str]) -> int:
+    """Validate --dataset (Karpathy JSON) and write the tokenizer and a summary to --out."""
+    from prh.data import load_karpathy
+    from prh.tokenizer import train_tokenizer
+
+    parser = stage_parser("prepare", main.__doc__)
+    parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
+    parser.add_argument("--out", type=Path, required=True, help="prepared-data folder")
+    args = parser.parse_args(argv)
+    try:
+        params = preflight(args.params, args.dataset.parent)
+        corpus = load_karpathy(args.dataset, min_captions=1)
+        train = corpus.split("train")
+        if not train or not corpus.split("val") or not corpus.split("test"):
+            raise ContractError(f"{corpus.path}: needs photos in the train, val and test "
+                                "splits (Karpathy format)")
+        tokenizer = train_tokenizer((c for p in train for c in p.captions),
+                                    params.sections["data"]["vocab_size"])
+        check_views_fit(params, train, tokenizer, corpus.path)
+    except ContractError as e:
+        return fail(e)
+    with atomic_dir(args.out) as tmp:
+        tokenizer.save(tmp / "tokenizer")
+        write_json(tmp / "summary.json", {
+            "dataset": corpus.name, "data_hash": data_hash(corpus.path),
+            "splits": {s: len(corpus.split(s)) for s in ("train", "val", "test")},
+            "vocab_size": tokenizer.vocab_size})
+    print(f"prepare: {len(train)} training photos, vocabulary {tokenizer.vocab_size}")
+    return 0

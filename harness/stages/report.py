@@ -1,0 +1,45 @@
+"""Stage `report`: the paper-vs-rerun report as one HTML file and a PDF of the same HTML
+(context from harness.report, rendering by harness.render)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from prh.io import write_text
+
+from .common import stage_parser
+
+
+def main(argv: list[str]) -> int:
+    """Read the pipeline's files, write the report to --html and, with --pdf, print it."""
+    from ..render import render, write_pdf
+    from ..report import ReportPaths, build_context
+
+    parser = stage_parser("report", main.__doc__)
+    parser.add_argument("--results", type=Path, required=True, help="aggregate's results JSON")
+    parser.add_argument("--runs-dir", type=Path, required=True, help="align stages' folder")
+    parser.add_argument("--theory", type=Path, required=True, help="theory stage's JSON")
+    parser.add_argument("--contamination", type=Path, required=True,
+                        help="contamination stage's JSON")
+    parser.add_argument("--audit", type=Path, required=True, help="audit stage's JSON")
+    parser.add_argument("--provenance", type=Path, default=None,
+                        help="JSON/YAML list of {key, value, source, citation} (default: "
+                             "built from --params by harness.params.provenance)")
+    parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
+    parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when a section is absent or a run file mismatches (for CI)")
+    args = parser.parse_args(argv)
+    ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
+                                    args.audit, args.params, args.provenance))
+    for w in ctx["warnings"]:
+        print(f"harness report: warning: {w}", file=sys.stderr)
+    for a in ctx["summary"]["absent"]:
+        print(f"harness report: section {a['section']} absent: {a['path']} ({a['reason']}); "
+              f"written by {a['stage']}", file=sys.stderr)
+    html = render(ctx)
+    write_text(args.html, html)
+    if args.pdf is not None:
+        write_pdf(html, args.pdf)
+    return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"]) else 0

@@ -1,0 +1,123 @@
+"""Stage `train@ARM-SEED`: train one text arm for one seed (tracked in MLflow, resumable from
+its work folder), then embed the fit and test captions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prh.io import (
+    ContractError,
+    atomic_dir,
+    check_same_ids,
+    load_embeddings,
+    save_embeddings,
+    write_json,
+)
+
+from ..params import TRAIN_SECTIONS
+from ..runfiles import run_name
+from .common import add_run_args, fail, preflight, stage_parser
+from .prepare import data_hash
+
+
+def eval_captions(photos: list[Any]) -> list[str]:
+    """The evaluation caption of a photo: its first sentence (assumed by us)."""
+    return [p.captions[0] for p in photos]
+
+
+def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any]):
+    """Per-epoch R@1 on the fit and test pairs (the rerun article's epoch curves)."""
+    from prh.align import fit_and_recall
+
+    ids_fit, img_fit, _ = load_embeddings(image_dir / "val.npz")
+    ids_test, img_test, _ = load_embeddings(image_dir / "test.npz")
+    check_same_ids(ids_fit, np.array([p.id for p in photos_fit]), str(image_dir / "val.npz"),
+                   "dataset.json val split")
+    check_same_ids(ids_test, np.array([p.id for p in photos_test]), str(image_dir / "test.npz"),
+                   "dataset.json test split")
+    fit_texts, test_texts = eval_captions(photos_fit), eval_captions(photos_test)
+
+    def hook(epoch: int, encode) -> dict[str, float]:
+        r1_test, r1_fit = fit_and_recall(img_fit, encode(fit_texts), img_test,
+                                         encode(test_texts))
+        return {"r_at_1_test": float(r1_test), "r_at_1_fit": float(r1_fit)}
+
+    return hook
+
+
+def main(argv: list[str]) -> int:
+    """Train --arm for --seed on --dataset's train split (tokenizer from --prepared, per-epoch
+    curves against --image), checkpointing under --work; write embeddings and run.json to --out."""
+    from prh.data import load_karpathy
+    from prh.encode_text import load_text_encoder
+    from prh.losses import effective_sigreg_weight
+    from prh.tokenizer import Tokenizer
+    from prh.train import train_text_encoder
+    from prh.train_config import encoder_config, resolved_lamb, run_identity
+
+    from .. import tracking
+    from ..fingerprint import environment_fingerprint
+    from ..params import flatten
+
+    parser = add_run_args(stage_parser("train", main.__doc__))
+    parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
+    parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
+    parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
+    parser.add_argument("--work", type=Path, required=True,
+                        help="resumable checkpoints, outside DVC's outputs")
+    parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
+    args = parser.parse_args(argv)
+    try:
+        params = preflight(args.params, args.dataset.parent)
+        cfg = params.train_config(args.arm, args.seed)
+        corpus = load_karpathy(args.dataset, min_captions=1)
+        tokenizer = Tokenizer.load(args.prepared / "tokenizer")
+    except ContractError as e:
+        return fail(e)
+    name = run_name(args.arm, args.seed)
+    cfg_hash = run_identity(cfg, encoder_config(cfg, tokenizer))[:12]  # speed settings aside
+    work = args.work / f"{name}-{cfg_hash}"
+    corpus_hash = data_hash(corpus.path)
+    fit, test = corpus.split("val"), corpus.split("test")
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it; 1 otherwise
+    lamb = resolved_lamb(cfg, world) if args.arm != "ntp" else None
+    eff = (effective_sigreg_weight(lamb, cfg.batch_size, cfg.n_views(), world)
+           if lamb is not None else None)
+    env = environment_fingerprint()
+    tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
+            "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,
+            "data_hash": corpus_hash, "config_hash": cfg_hash,
+            "lamb_used": lamb, "effective_sigreg_weight": eff, **tracking.git_state(),
+            **{f"env.{k}": v for k, v in env.items()}}
+    if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
+        train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
+        return 0
+    with tracking.tracked_run(name, flatten(cfg), tags) as run:
+        train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
+                           eval_hook=make_eval_hook(args.image, fit, test),
+                           on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch))
+        encode = load_text_encoder(work)
+        with atomic_dir(args.out) as tmp:
+            for split, photos in (("val", fit), ("test", test)):
+                save_embeddings(tmp / f"{split}.npz", [p.id for p in photos],
+                                encode(eval_captions(photos)),
+                                meta={"arm": args.arm, "seed": args.seed})
+            for item in ("checkpoint.pt", "curve.json", "config.json"):
+                shutil.copy2(work / item, tmp / item)
+            write_json(tmp / "run.json", {"arm": args.arm, "seed": args.seed,
+                                          "profile": params.profile,
+                                          "mlflow_run_id": run.info.run_id,
+                                          "train_hash": params.section_hash(*TRAIN_SECTIONS),
+                                          "data_hash": corpus_hash,
+                                          "config_hash": cfg_hash,
+                                          "effective_sigreg_weight": eff,
+                                          "environment": env,
+                                          **tracking.git_state()})
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"train: {name} done (MLflow run {run.info.run_id})")
+    return 0

@@ -1,0 +1,32 @@
+"""Stage `world`: check params.yaml and the profile's inputs (the pipeline's first stage, so
+every missing file is listed before any work), then generate the embedded world data set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prh.io import ContractError, atomic_dir
+
+from .common import fail, preflight, stage_parser
+
+
+def main(argv: list[str]) -> int:
+    """Check params.yaml and the profile's inputs (--inputs), then write the generated world
+    (dataset.json, images/, world.json) to --out."""
+    from prh.world import WorldConfig, write_world
+
+    parser = stage_parser("world", main.__doc__)
+    parser.add_argument("--inputs", type=Path, required=True,
+                        help="the profile's raw data folder to check (data/PROFILE/raw)")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the generated world")
+    args = parser.parse_args(argv)
+    try:
+        params = preflight(args.params, args.inputs)
+        # under flickr30k the stage still exists (dvc.yaml is one graph): the world's default
+        world = params.world_config() if params.profile == "world" else WorldConfig()
+    except ContractError as e:
+        return fail(e)
+    with atomic_dir(args.out) as tmp:
+        summary = write_world(world, tmp)
+    print(f"world: {summary}")
+    return 0

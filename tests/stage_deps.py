@@ -1,0 +1,95 @@
+"""The files a DVC stage runs: the import closure of its module inside prh/ and harness/
+(every `import` anywhere in a module, lazy ones inside functions included, plus the packages'
+`__init__.py` on the way), and the data files those modules read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("prh", "harness")
+# data files read by a module at run time -> the module that reads them
+DATA_FILES = {"harness/claims.yaml": "harness/claims.py",
+              "harness/provenance.yaml": "harness/params.py",
+              "reports/templates": "harness/render.py"}
+ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
+
+
+def module_file(name: str) -> Path | None:
+    """prh.x.y -> prh/x/y.py or prh/x/y/__init__.py, None outside our packages."""
+    if name.split(".")[0] not in PACKAGES:
+        return None
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    """Every module name `path` imports (absolute, relative resolved, `from a import b`
+    counted as both a and a.b since b may be a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def closure(start: str) -> set[str]:
+    """Repository-relative paths of every prh/harness module `start` (a path) runs, with the
+    `__init__.py` of each package on the way."""
+    seen: set[Path] = set()
+    todo = [ROOT / start]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        name = module_name(path)
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # importing a.b.c runs a/__init__.py and a/b/__init__.py
+            init = module_file(".".join(parts[:i]))
+            if init is not None:
+                todo.append(init)
+        for dep in imported(path):
+            target = module_file(dep)
+            if target is not None:
+                todo.append(target)
+    return {str(p.relative_to(ROOT)) for p in seen}
+
+
+def stage_files(stage_module: str) -> set[str]:
+    """Everything a stage's `harness STAGE` command runs or reads: the entry point's and the
+    stage module's closures, and the data files of the modules in them."""
+    code = closure(ENTRY) | closure(stage_module)
+    return code | {data for data, reader in DATA_FILES.items() if reader in code}
+
+
+def stage_module(stage: str) -> str:
+    """dvc.yaml stage name -> the module its command runs."""
+    return f"harness/stages/{stage}.py"
+
+
+if __name__ == "__main__":  # print each stage's code deps, for pasting into dvc.yaml
+    import sys
+
+    for stage in sys.argv[1:]:
+        print(f"{stage}:")
+        for path in sorted(stage_files(stage_module(stage))):
+            print(f"      - {path}")

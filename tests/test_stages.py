@@ -1,0 +1,93 @@
+"""The stage commands (harness/stages/) on a small generated world: each refuses bad input
+with one error line and exit code 2, before any work, leaving no output behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.stages import image, prepare, theory, world
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_params(tmp_path: Path, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["world"]["data"]["world"].update(n_train=40, n_fit=5, n_test=5)
+    edit(raw)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def make_world(tmp_path: Path, monkeypatch, edit=lambda r: None) -> Path:
+    path = write_params(tmp_path, edit)
+    monkeypatch.chdir(tmp_path)
+    assert world.main(["--params", str(path), "--inputs", "data/world/raw",
+                       "--out", "data/world/raw"]) == 0
+    return path
+
+
+def test_views_longer_than_the_captions_allow_stop_the_prepare_stage(tmp_path, monkeypatch,
+                                                                      capsys):
+    """max_len 6 leaves 4 tokens: most world captions would be cut, so `harness prepare`
+    refuses before the image encoder or any text encoder trains."""
+    path = make_world(tmp_path, monkeypatch, lambda r: r["world"]["train"].update(max_len=6))
+    assert prepare.main(["--params", str(path), "--dataset", "data/world/raw/dataset.json",
+                         "--out", "data/world/prepared"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.json (training captions)" in err and "world.train.max_len" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "data" / "world" / "prepared").exists()
+
+
+def test_flickr30k_without_data_stops_at_the_first_stage_listing_every_missing_path(
+        tmp_path, monkeypatch, capsys):
+    path = write_params(tmp_path, lambda r: r.update(profile="flickr30k"))
+    monkeypatch.chdir(tmp_path)
+    assert world.main(["--params", str(path), "--inputs", "data/flickr30k/raw",
+                       "--out", "data/world/raw"]) == 2
+    err = capsys.readouterr().err
+    for missing in ("data/flickr30k/raw/dataset.json", "data/flickr30k/raw/images",
+                    "data/flickr30k/raw/weights/dinov2_vitb14.pth"):
+        assert missing in err
+    assert "dvc add data/flickr30k/raw" in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_image_stage_refuses_missing_photos_of_any_split_before_training(tmp_path, monkeypatch,
+                                                                         capsys):
+    path = make_world(tmp_path, monkeypatch)
+    raw = tmp_path / "data" / "world" / "raw"
+    doc = json.loads((raw / "dataset.json").read_text())
+    gone = {s: next(im["filename"] for im in doc["images"] if im["split"] == s)
+            for s in ("train", "test")}
+    for name in gone.values():
+        (raw / "images" / name).unlink()
+    assert image.main(["--params", str(path), "--raw", str(raw), "--out", "runs/image"]) == 2
+    err = capsys.readouterr().err
+    assert "2 image file(s) missing" in err and all(name in err for name in gone.values())
+    assert "put the data set's photos in" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_theory_stage_writes_the_grid_and_the_bound(tmp_path, monkeypatch, capsys):
+    path = write_params(tmp_path, lambda r: r["world"]["theory"].update(
+        n_worlds=2, n_points=20, bound_worlds=3))
+    monkeypatch.chdir(tmp_path)
+    assert theory.main(["--params", str(path), "--out", "runs/theory.json"]) == 0
+    res = json.loads((tmp_path / "runs" / "theory.json").read_text())
+    assert res["schema"] == "prh.theory/1"
+    assert res["grid"]["n_points"] == 20 and res["bound"]["n_worlds"] == 3
+    assert res["bound"]["n_hold"] == 3
+    assert "tie rows r = [4]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [[], ["--params", "params.yaml"]])
+def test_a_stage_without_its_paths_is_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        theory.main(argv)
+    assert exc.value.code == 2 and "usage: harness theory" in capsys.readouterr().err
