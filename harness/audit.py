@@ -420,7 +420,8 @@ def check_relation(rel: Relation, claims: Mapping[str, Claim]) -> dict[str, Any]
         f"reading {i + 1} ({r['reading']}): {r['status']}, {r['detail']}"
         for i, r in enumerate(readings))
     return {"id": rel.id, "check": rel.type, "statement": rel.statement,
-            "reported_by": rel.reported_by, "section": rel.section, "status": status,
+            "reported_by": rel.reported_by, "section": rel.section,
+            "registry_line": rel.line, "status": status,
             "detail": detail, "readings": readings}
 
 
@@ -766,7 +767,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "where": c.where, "reported_by": c.reported_by, "section": c.section,
                      "metric": c.metric, "setup": dict(c.setup), "printed": c.printed,
                      "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
-                     "evidence_for": evidence_for(c, v.verdict, ctx),
+                     "evidence_for": evidence_for(c, v.verdict, ctx), "registry_line": c.line,
                      "evidence": dict(v.evidence)})
     checks = arithmetic_checks(ctx)
     return {"schema": "prh.audit/1", "profile": ctx.profile, "claims": rows,

@@ -262,6 +262,9 @@ def test_real_registry_findings() -> None:
     checks = arithmetic_checks(Context(reg.claims, "world", relations=reg.relations))
     found = {r["id"]: r for r in checks if r["status"] != "holds"}
     assert {k: r["status"] for k, r in found.items()} == FINDINGS
+    text = (REPO / "harness/claims.yaml").read_text().splitlines()
+    line = found["contam_shift_109m"]["registry_line"]
+    assert text[line - 1].startswith("- {id: contam_shift_109m,")
     assert found["ci_50m_qwen3b_is_difference"]["readings"][0]["recomputed"] == \
         pytest.approx(0.0)
     contam = found["contam_shift_109m"]["readings"]
