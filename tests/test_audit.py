@@ -304,3 +304,31 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
     assert doc["summary"]["relation ambiguous"] == 5
     assert main([*args, "--fail-on", "arithmetic"]) == 1
     assert "arithmetic" in capsys.readouterr().err
+
+
+
+def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    import subprocess
+
+    from harness.params import load_params
+    from harness.stages import run
+
+    params = REPO / "params.yaml"
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(run, "preflight", lambda *a: load_params(params, validate=False))
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/audit.json").write_text(json.dumps(run_small()))
+    assert run.main(["--params", str(params), "--fail-on", "differs"]) == 1
+    assert "--fail-on differs tripped" in capsys.readouterr().err
+    assert run.main(["--params", str(params), "--fail-on", "ambiguous"]) == 0
+    assert run.main(["--params", str(params), "--fail-on", "differ"]) == 2  # before dvc runs
+    assert len(calls) == 2

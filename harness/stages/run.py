@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
-from prh.io import ContractError
+from prh.io import ContractError, read_json
 
+from ..audit import gate, parse_fail_on
 from ..params import load_params
 from .common import fail, preflight, stage_parser
 
 PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
+AUDIT_OUT = Path("reports/audit.json")  # the audit stage's output in dvc.yaml
 
 
 def main(argv: list[str]) -> int:
@@ -21,8 +24,11 @@ def main(argv: list[str]) -> int:
     parser = stage_parser("run", main.__doc__)
     parser.add_argument("dvc_args", nargs="*",
                         help="extra arguments for `dvc repro` (after --, e.g. -- --dry)")
+    parser.add_argument("--fail-on", default="", help="exit 1 when the audit finds one of "
+                        "these (as `harness audit --fail-on`), for CI gates")
     args = parser.parse_args(argv)
     try:
+        fail_on = parse_fail_on(args.fail_on)
         profile = load_params(args.params).profile
         params = preflight(args.params, Path(PROFILE_RAW.format(profile=profile)))
     except ContractError as e:
@@ -35,4 +41,9 @@ def main(argv: list[str]) -> int:
     if code == 0:
         print(f"\nprofile {params.profile}: reports/audit.html and reports/audit.pdf are ready; "
               "`mlflow ui --backend-store-uri sqlite:///mlflow.db` shows the runs")
+    if code == 0 and fail_on:
+        tripped = gate(read_json(AUDIT_OUT), fail_on)
+        if tripped:
+            print(f"run: --fail-on {','.join(tripped)} tripped ({AUDIT_OUT})", file=sys.stderr)
+            return 1
     return code
