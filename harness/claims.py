@@ -28,8 +28,9 @@ from prh.config import ARMS
 from prh.io import ContractError, read_yaml
 
 REGISTRY = Path(__file__).with_name("claims.yaml")
-ARTICLES = {"rerun_article": "000_03f36f523aa97921.txt",
-            "audit_article": "001_3694a0dfbde3a8c0.txt"}
+# the two articles a claim can be reported by, with a phrase that identifies each one's text
+ARTICLES = {"rerun_article": "Rerunning Yann LeCun’s JEPA Paper",
+            "audit_article": "Why Pebblous Is Watching"}
 KINDS = ("flickr_measurable", "web_scale", "theory", "derived_arithmetic", "metadata", "ordering")
 # who the number belongs to: the paper, the authors' code/docs, the rerun article's rerun, the
 # article's own arithmetic on the paper's numbers, or a third party the article quotes

@@ -197,7 +197,7 @@ def seed_t_interval(values: Mapping[int | str, float], *, level: float = 0.95) -
 
 
 # ------------------------------------------------------------------ seeds and test pairs together
-MIN_SEEDS_FOR_TRAINING_VARIANCE = 3  # fewer seeds give no usable between-seed variance (issue 11)
+MIN_SEEDS_FOR_TRAINING_VARIANCE = 3  # below it, a between-seed variance is not estimated
 
 
 @dataclass(frozen=True)

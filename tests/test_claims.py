@@ -3,6 +3,7 @@ kind of bad entry is refused with the entry id and the field named."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from harness.claims import (
     printed_interval,
 )
 
-ARTICLE_DIR = Path(__file__).parents[2] / "shared" / "articles"
+# the articles' texts are not shipped; point PRH_ARTICLES_DIR at a folder holding them
+ARTICLE_DIR = Path(os.environ.get("PRH_ARTICLES_DIR", "articles"))
 
 GOOD: dict[str, Any] = {
     "id": "seed_a", "statement": "A seed value.", "value": 0.191, "printed": "0.191",
@@ -49,7 +51,10 @@ def test_registry_validates_and_covers_every_kind() -> None:
 def test_every_printed_value_appears_in_its_article() -> None:
     if not ARTICLE_DIR.is_dir():
         pytest.skip(f"{ARTICLE_DIR} absent")
-    texts = {k: (ARTICLE_DIR / f).read_text(encoding="utf-8") for k, f in ARTICLES.items()}
+    files = [p.read_text(encoding="utf-8") for p in sorted(ARTICLE_DIR.glob("*.txt"))]
+    texts = {k: next((t for t in files if phrase in t), "") for k, phrase in ARTICLES.items()}
+    if not all(texts.values()):
+        pytest.skip(f"{ARTICLE_DIR} lacks one of the articles")
     missing = []
     for c in load_claims().values():
         if c.check is not None and c.check.of:
