@@ -9,6 +9,10 @@ Two levels, kept apart (harness-anchors.md, section 2.4):
   outlier seeds are flagged (`seed_spread`); the audit article's seed section turns on a
   fourth seed at .121 against .191 / .181 / .179.
 
+The audit's verdicts use both levels at once (`two_level_mean`, `two_level_gap`: seeds, then the
+test pairs they share), with a prediction interval for a replication; below 3 seeds they
+resample test pairs only and say that training variance is not estimated.
+
 Every interval carries its method, its n and its number of resamples, so that whatever prints
 it can say what the interval is. Randomness comes only from `numpy.random.default_rng(seed)`.
 """
