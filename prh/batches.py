@@ -3,10 +3,8 @@
 Every distinct caption is tokenised once per run (`tokenize_captions`); a `CaptionBank` holds
 all captions of the training photos as one token matrix (built once per run); a step draws its
 caption picks, crops and masks for the whole batch in a few array operations
-(`prh.views.choose_captions`, `draw_views`, `pack_views`) instead of a Python loop per view. The
-views follow the same distribution as `prh.views.make_views` (it is the same code on one
-sample); only the order in which random numbers are drawn differs. `step_groups` is the batch of
-one training step as the loop builds it.
+(`prh.views.choose_captions`, `draw_views`, `pack_views`) instead of a Python loop per view.
+`step_groups` is the batch of one training step as the loop builds it.
 """
 
 from __future__ import annotations

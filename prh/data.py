@@ -1,26 +1,21 @@
-"""Caption corpora in their published formats, and `pick`: which captions a sample sees.
+"""Caption corpora in their published format: the Karpathy-split JSON.
 
 - Karpathy-split JSON (Flickr30k, COCO, and the generated `world` data set; docs/contracts.md,
   "Data on disk"): `{"dataset", "images": [{"imgid", "filename", "split", "sentences":
   [{"raw", "tokens", "sentid", "imgid"}], "sentids"}]}`. Split "restval" is training data
   (Karpathy's convention for the COCO val images moved into training).
-- STS-B in the GLUE tsv layout (columns `sentence1`, `sentence2`, `score`).
 
-`pick` is the one line that separates the good and bad arms (the rerun article, "The line that
-separates good from bad"): all captions of a photo for good views; for bad views and NTP one
-caption drawn at random, once per photo per epoch.
+Which captions a sample's views read, the one line that separates the good and bad arms, is
+`prh.views.choose_captions`.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from prh.io import ContractError
 
@@ -147,52 +142,3 @@ def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
         seen[photo.id] = i
         photos.append(photo)
     return CaptionCorpus(path=path, name=name, photos=tuple(photos))
-
-
-def pick(photo: Photo, good_views: bool, rng: np.random.Generator) -> list[str]:
-    """Captions a sample reads this epoch (the rerun article, "The line that separates good
-    from bad"): all of them for good views; one drawn at random for bad views and NTP."""
-    if good_views:
-        return list(photo.captions)
-    return [photo.captions[int(rng.integers(len(photo.captions)))]]
-
-
-@dataclass(frozen=True)
-class StsPair:
-    """One STS-B pair with its gold similarity score (0-5)."""
-
-    sentence1: str
-    sentence2: str
-    score: float
-
-
-def load_sts_b(path: str | Path) -> list[StsPair]:
-    """Read an STS-B tsv (GLUE layout: a header naming `sentence1`, `sentence2`, `score`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; place the GLUE STS-B tsv (dev.tsv) there")
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    if not rows:
-        raise DataError(f"{path}: empty file; expected a header with sentence1, sentence2, score")
-    header = rows[0]
-    missing = [c for c in ("sentence1", "sentence2", "score") if c not in header]
-    if missing:
-        raise DataError(f"{path}: header lacks columns {missing}; use the GLUE STS-B tsv "
-                        "(the unlabelled test split has no score)")
-    cols = [header.index(c) for c in ("sentence1", "sentence2", "score")]
-    pairs = []
-    for line, row in enumerate(rows[1:], start=2):
-        if len(row) != len(header):
-            raise DataError(f"{path}: line {line} has {len(row)} columns, header has "
-                            f"{len(header)}; fix the line's tabs")
-        s1, s2, raw = (row[c] for c in cols)
-        try:
-            score = float(raw)
-        except ValueError:
-            raise DataError(f"{path}: line {line}: score {raw!r} is not a number") from None
-        if not 0.0 <= score <= 5.0 or not s1.strip() or not s2.strip():
-            raise DataError(f"{path}: line {line}: needs two non-empty sentences and a score "
-                            f"in [0, 5], got score {raw!r}; fix the line")
-        pairs.append(StsPair(s1.strip(), s2.strip(), score))
-    return pairs

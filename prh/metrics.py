@@ -3,8 +3,7 @@
 One function per metric, no I/O, no device code (platonic-rep `metrics.py` style; its bugs are
 listed in ../shared/research/method-anchors.md §2). Every metric computes in float64 and
 processes similarities in row chunks, so n = 30,000 runs in bounded memory (never an n x n
-matrix). `METRICS` is the one name list `measure` dispatches on (command lines that pick a
-metric by name use it as `choices`).
+matrix).
 
 Tie conventions (method-anchors.md §3.2-3.3, §4 items 9, 13, 14):
 - retrieval ranks count ties *against* the true pair (`>=`), so a collapsed encoder scores
@@ -17,10 +16,7 @@ difference below the rounding error of the product it comes from cannot be a win
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
-from scipy.stats import rankdata
 
 CHUNK = 512  # query rows per similarity block: CHUNK x n float64 (123 MB at n = 30,000)
 
@@ -72,26 +68,21 @@ def is_collapsed(x: np.ndarray, rtol: float = 1e-9) -> bool:
 
 
 # ----------------------------------------------------------------------------- retrieval
-def _tie_tol(q: np.ndarray, c: np.ndarray, shift: np.ndarray | None) -> np.ndarray:
-    """Rounding bound of fl(q_i . c_j - shift_j) per query row: (d + 2) eps |q_i| max|c|."""
+def _tie_tol(q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Rounding bound of fl(q_i . c_j) per query row: (d + 2) eps |q_i| max|c|."""
     eps = np.finfo(np.float64).eps * (q.shape[1] + 2)
     cmax = np.linalg.norm(c, axis=1).max()
-    tol = eps * np.linalg.norm(q, axis=1) * cmax
-    if shift is not None:
-        tol = tol + eps * np.abs(shift).max()
-    return tol
+    return eps * np.linalg.norm(q, axis=1) * cmax
 
 
-def _ranks(q: np.ndarray, c: np.ndarray, shift: np.ndarray | None, chunk: int) -> np.ndarray:
-    """rank_i = #{j : s_ij >= s_ii - tol_i} - 1 with s = q c^T - shift (chunked)."""
+def _ranks(q: np.ndarray, c: np.ndarray, chunk: int) -> np.ndarray:
+    """rank_i = #{j : s_ij >= s_ii - tol_i} - 1 with s = q c^T (chunked)."""
     n = q.shape[0]
-    tol = _tie_tol(q, c, shift)
+    tol = _tie_tol(q, c)
     ranks = np.empty(n, dtype=np.int64)
     for lo in range(0, n, chunk):
         hi = min(lo + chunk, n)
         s = q[lo:hi] @ c.T  # [chunk, n]
-        if shift is not None:
-            s -= shift[None, :]
         true = s[np.arange(hi - lo), np.arange(lo, hi)]
         ranks[lo:hi] = (s >= (true - tol[lo:hi])[:, None]).sum(axis=1) - 1
     return ranks
@@ -110,7 +101,7 @@ def retrieval_ranks(queries: np.ndarray, candidates: np.ndarray, *,
     if q.shape[1] != c.shape[1]:
         raise ValueError(f"queries have width {q.shape[1]}, candidates {c.shape[1]}; "
                          "map them into one space first")
-    return _ranks(q, c, None, chunk)
+    return _ranks(q, c, chunk)
 
 
 def recall_at_k(queries: np.ndarray, candidates: np.ndarray, k: int = 1, *,
@@ -205,60 +196,3 @@ def cka(a: np.ndarray, b: np.ndarray, *, unbiased: bool = False) -> float:
         raise ValueError(f"unbiased HSIC self-terms are not positive ({kk:.3g}, {ll:.3g}) at "
                          f"n={n}: too few rows for the unbiased estimator; use more rows")
     return kl / np.sqrt(kk * ll)
-
-
-# ----------------------------------------------------------------------------- STS-B, FOSCTTM
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rho: Pearson correlation of average ranks (STS-B: cosine vs gold score)."""
-    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
-    if x.shape != y.shape or x.size < 2:
-        raise ValueError(f"spearman needs two equal-length vectors of >= 2 values, got "
-                         f"{x.size} and {y.size}")
-    bad = np.flatnonzero(~(np.isfinite(x) & np.isfinite(y)))
-    if bad.size:
-        raise ValueError(f"spearman: NaN or inf at positions {bad[:10].tolist()}")
-    rx, ry = rankdata(x) - (x.size + 1) / 2, rankdata(y) - (y.size + 1) / 2
-    denom = np.sqrt((rx @ rx) * (ry @ ry))
-    if denom == 0:
-        raise ValueError("spearman: one input is constant; its rank correlation is undefined")
-    return float(rx @ ry / denom)
-
-
-def foscttm(a: np.ndarray, b: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
-    """Per-sample FOSCTTM, both directions averaged (SCOT `calc_domainAveraged_FOSCTTM`).
-
-    a: [n, d], b: [n, d] in one space. For query a_i: #{j != i : ||a_i - b_j|| <= ||a_i - b_i||}
-    / (n - 1), and the same from b. Ties count *against* the query, unlike SCOT's strict `<`,
-    under which a collapsed embedding scores a perfect 0 (method-anchors.md §3.3). 0 is
-    perfect, about 0.5 is random, a collapsed side scores about 0.75. Returns float64 [n].
-    """
-    a, b = check_pair(a, b, "a", "b")
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"a has width {a.shape[1]}, b {b.shape[1]}; map them into one space")
-    n = a.shape[0]
-    check_k(1, n, "foscttm")
-    # ||q - c||^2 = |q|^2 - (2 q.c - |c|^2): within a row, rank by s = 2 q.c - |c|^2.
-    ab = _ranks(2 * a, b, np.einsum("ij,ij->i", b, b), chunk)
-    ba = _ranks(2 * b, a, np.einsum("ij,ij->i", a, a), chunk)
-    return (ab + ba) / (2.0 * (n - 1))
-
-
-# ----------------------------------------------------------------------------- dispatch
-def _mean(f: Callable[..., np.ndarray]) -> Callable[..., float]:
-    return lambda a, b, **kw: float(np.mean(f(a, b, **kw)))
-
-
-METRICS: dict[str, Callable[..., float]] = {
-    "recall_at_k": _mean(recall_at_k),
-    "mutual_knn": _mean(mutual_knn),
-    "cka": lambda a, b: cka(a, b),
-    "cka_unbiased": lambda a, b: cka(a, b, unbiased=True),
-    "foscttm": _mean(foscttm),
-}
-
-
-def measure(name: str, a: np.ndarray, b: np.ndarray, **kwargs: int) -> float:
-    """Score `a` against `b` with the metric called `name` (one of `METRICS`)."""
-    if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}")
-    return METRICS[name](a, b, **kwargs)

@@ -3,9 +3,10 @@
 The rerun article, "The line that separates good from bad": 8 views per sample, 2 global views
 keeping 50-100% of the caption's tokens and 6 local views keeping 15-50%, each a random
 contiguous span, then 15% of the view's tokens masked. Each view first draws one of the
-captions it is given, at random with replacement: `pick` gives all of a photo's captions for
-good views and a single caption for bad views, so the crops and masking below are the same
-code for both arms and only what the views share differs.
+captions it is given, at random with replacement (`choose_captions`: any of a photo's captions
+for good views, one caption drawn per sample and shared by all its views for bad views), so
+the crops and masking below are the same code for both arms and only what the views share
+differs.
 
 Assumed by us (the article gives no more detail): the kept share s ~ U(lo, hi) gives a span of
 clamp(round(s n), 1, n) tokens; round(mask_ratio * span) distinct positions are masked; a
@@ -119,7 +120,8 @@ def choose_captions(first: np.ndarray, count: np.ndarray, n_views: int, good_vie
     """Caption rows [n_views, B] the views of B samples are cut from; sample b owns rows
     first[b] .. first[b] + count[b] - 1. Good views: every view draws its own caption uniformly
     with replacement; bad views: one caption is drawn per sample and every view reads it
-    (prh.data.pick then make_views, drawn for a whole batch at once)."""
+    This is the one line that separates the good and bad arms (the rerun article, "The line
+    that separates good from bad"), drawn for a whole batch at once."""
     first = np.asarray(first, dtype=np.int64)
     count = np.asarray(count, dtype=np.int64)
     if good_views:
@@ -160,39 +162,6 @@ def draw_views(tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray, cfg: V
     k = np.rint(cfg.mask_ratio * span).astype(np.int64)
     view[ranks < k[..., None]] = cfg.mask_id
     return view, span
-
-
-def crop_and_mask(tokens: Sequence[int], scale: tuple[float, float], cfg: ViewConfig,
-                  rng: np.random.Generator) -> list[int]:
-    """One view: a random contiguous span keeping a U(scale) share, then masking (the
-    one-view form of `draw_views`, kept as the readable reference)."""
-    tokens = list(tokens[:cfg.max_tokens])
-    n = len(tokens)
-    if n == 0:
-        raise ValueError("cannot cut a view from an empty caption")
-    length = min(n, max(1, round(rng.uniform(*scale) * n)))
-    start = int(rng.integers(n - length + 1))
-    view = tokens[start:start + length]
-    for i in rng.choice(length, size=round(cfg.mask_ratio * length), replace=False):
-        view[i] = cfg.mask_id
-    return view
-
-
-def make_views(captions_token_ids: list[list[int]], cfg: ViewConfig,
-               rng: np.random.Generator) -> list[list[int]]:
-    """cfg.n_views views of one sample, global views first.
-
-    Each view draws its caption uniformly with replacement from `captions_token_ids` (all of
-    a photo's captions for good views, one caption for bad views), then is cropped and masked.
-    The same code as the training batches (`choose_captions`, `draw_views`) for one sample.
-    """
-    if not captions_token_ids:
-        raise ValueError("make_views needs at least one caption")
-    tokens, lengths = caption_matrix(captions_token_ids, cfg)
-    rows = choose_captions(np.zeros(1, np.int64), np.array([len(tokens)]), cfg.n_views, True,
-                           rng)
-    view, span = draw_views(tokens, lengths, rows, cfg, rng)
-    return [view[v, 0, :span[v, 0]].tolist() for v in range(cfg.n_views)]
 
 
 def padded_width(longest: int, multiple: int, limit: int) -> int:

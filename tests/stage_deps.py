@@ -36,7 +36,8 @@ def imported(path: Path) -> set[str]:
     """Every module name `path` imports (absolute, relative resolved, `from a import b`
     counted as both a and a.b since b may be a module)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

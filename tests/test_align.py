@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.linalg import orthogonal_procrustes
 
-from prh import align, io, metrics
+from prh import align, io
 
 
 def paired(n: int, dx: int = 48, dy: int = 24, noise: float = 0.1, seed: int = 0):
@@ -111,8 +111,6 @@ def test_collapsed_text_encoder_scores_zero_and_chance():
     assert res.metrics["r_at_1_fit"] == 0.0
     assert abs(res.metrics["mknn10"] - res.metrics["chance_mknn10"]) < 0.02
     assert res.metrics["cka_linear"] == 0.0
-    mapped = align.fit_procrustes(x[:200], collapsed[:200]).image_to_text(x[200:])
-    assert metrics.foscttm(mapped, collapsed[200:]).mean() > 0.5
 
 
 def test_fit_size_outside_the_fit_split_is_refused():

@@ -1,17 +1,13 @@
-"""prh.data: Karpathy-split reader, its errors, `pick`, and the STS-B reader."""
+"""prh.data: the Karpathy-split reader and its errors."""
 
 from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from prh.data import DataError, Photo, StsPair, load_karpathy, load_sts_b, pick
+from prh.data import DataError, Photo, load_karpathy
 from prh.io import ContractError
 
 
@@ -89,45 +85,6 @@ def test_missing_file_and_not_json(tmp_path):
     path.write_text('{"dataset": "x", "images": [', encoding="utf-8")
     with pytest.raises(DataError, match=r"broken\.json: not valid JSON"):
         load_karpathy(path)
-
-
-def test_pick_good_views_returns_every_caption():
-    photo = Photo("1", "1.jpg", "train", ("a", "b", "c"))
-    assert pick(photo, True, np.random.default_rng(0)) == ["a", "b", "c"]
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.text(min_size=1), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
-def test_pick_bad_views_returns_one_caption_of_the_photo(captions, seed):
-    photo = Photo("1", "1.jpg", "train", tuple(captions))
-    one = pick(photo, False, np.random.default_rng(seed))
-    assert len(one) == 1 and one[0] in captions
-    assert one == pick(photo, False, np.random.default_rng(seed))
-
-
-def test_pick_bad_views_draws_uniformly():
-    photo = Photo("1", "1.jpg", "train", ("a", "b", "c", "d", "e"))
-    rng = np.random.default_rng(0)
-    counts = Counter(pick(photo, False, rng)[0] for _ in range(5000))
-    assert set(counts) == set(photo.captions)
-    assert all(abs(c / 5000 - 0.2) < 0.03 for c in counts.values())
-
-
-def test_sts_b_reader(tmp_path):
-    path = tmp_path / "dev.tsv"
-    path.write_text("index\tgenre\tsentence1\tsentence2\tscore\n"
-                    "0\tmain\tA man plays.\tA man is playing.\t4.6\n"
-                    "1\tmain\tA \"cat\".\tA dog.\t0.5\n", encoding="utf-8")
-    assert load_sts_b(path) == [StsPair("A man plays.", "A man is playing.", 4.6),
-                                StsPair('A "cat".', "A dog.", 0.5)]
-    bad = tmp_path / "bad.tsv"
-    bad.write_text("sentence1\tsentence2\tscore\nA\tB\tseven\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad\.tsv: line 2: score 'seven'"):
-        load_sts_b(bad)
-    unlabelled = tmp_path / "test.tsv"
-    unlabelled.write_text("sentence1\tsentence2\nA\tB\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"lacks columns \['score'\]"):
-        load_sts_b(unlabelled)
 
 
 def test_reader_does_not_mutate_or_depend_on_optional_fields(tmp_path):

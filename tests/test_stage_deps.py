@@ -1,0 +1,133 @@
+"""dvc.yaml follows the code: each stage lists every module its command runs (the import
+closure of harness/stages/STAGE.py, lazy imports included) and the data files they read, so
+editing any of them makes `dvc status` name exactly the stages that run it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from stage_deps import ROOT, stage_files, stage_module
+
+BIN = Path(sys.executable).parent
+MATRIX = [f"{a}-{s}" for a in ("good", "bad", "ntp") for s in (0, 1)]
+
+
+def dvc_stages(doc: dict) -> dict[str, set[str]]:
+    """dvc.yaml stage name -> its deps (templated paths as written)."""
+    return {name: set(stage.get("deps", [])) for name, stage in doc["stages"].items()}
+
+
+def missing_deps(doc: dict) -> dict[str, set[str]]:
+    """Per stage, the files its command runs or reads that dvc.yaml does not list."""
+    out = {}
+    for name, deps in dvc_stages(doc).items():
+        missing = stage_files(stage_module(name)) - deps
+        if missing:
+            out[name] = missing
+    return out
+
+
+def read_dvc_yaml() -> dict:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+
+
+def test_every_stage_runs_its_own_module():
+    for name, stage in read_dvc_yaml()["stages"].items():
+        assert stage["cmd"].split()[:2] == ["harness", name], name
+        assert (ROOT / stage_module(name)).is_file(), name
+
+
+def test_dvc_yaml_lists_each_stage_import_closure_and_data_files():
+    assert missing_deps(read_dvc_yaml()) == {}
+
+
+def test_a_deleted_dependency_line_is_caught():
+    doc = read_dvc_yaml()
+    doc["stages"]["aggregate"]["deps"].remove("harness/stats.py")
+    doc["stages"]["report"]["deps"].remove("reports/templates")
+    assert missing_deps(doc) == {"aggregate": {"harness/stats.py"},
+                                 "report": {"reports/templates"}}
+
+
+def test_lazy_and_relative_imports_count():
+    files = stage_files(stage_module("align"))
+    assert "harness/stats.py" in files        # imported inside main()
+    assert "prh/align.py" in files            # `from prh.align import ...` inside main()
+    assert "harness/runfiles.py" in files     # `from ..runfiles import run_name`
+    assert "prh/theory.py" not in files
+    assert "harness/claims.yaml" in stage_files(stage_module("audit"))
+
+
+def expand(stage: str) -> set[str]:
+    return {f"{stage}@{m}" for m in MATRIX} if stage in ("train", "align") else {stage}
+
+
+def sh(cwd: Path, *cmd: str) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, f"{' '.join(cmd)}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def stale(repo: Path) -> set[str]:
+    """The stages `dvc status` names."""
+    return {line.rstrip(":") for line in sh(repo, "dvc", "status").splitlines()
+            if line.endswith(":") and not line.startswith((" ", "\t"))}
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> Path:
+    """A scratch repository with this checkout's code, placeholder data and outputs, and
+    every stage recorded in dvc.lock as it is (`dvc commit -f`): `dvc status` is clean."""
+    repo = tmp_path_factory.mktemp("deps")
+    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
+                 ".dvc/.gitignore"):
+        (repo / item).parent.mkdir(parents=True, exist_ok=True)
+        copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy2
+        copy(ROOT / item, repo / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                          if copy is shutil.copytree else {}))
+    placeholders = ["data/world/raw/dataset.json", "data/world/prepared/summary.json",
+                    "runs/image/val.npz", "runs/results.json", "runs/theory.json",
+                    "runs/contamination.json", "reports/audit.json", "reports/audit.html",
+                    "reports/audit.pdf"]
+    for m in MATRIX:
+        arm, seed = m.split("-")
+        placeholders += [f"runs/text/{arm}-s{seed}/run.json", f"runs/align/{arm}-s{seed}.json",
+                         f"runs/align/{arm}-s{seed}.npz"]
+    for rel in placeholders:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("{}\n")
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "prh", "harness", "reports/templates", "dvc.yaml", "params.yaml",
+       ".dvc")
+    sh(repo, "git", "commit", "-qm", "code")
+    sh(repo, "dvc", "commit", "-f", "-q")
+    assert stale(repo) == set()
+    return repo
+
+
+@pytest.mark.parametrize("edited", ["prh/theory.py", "harness/stats.py", "harness/render.py",
+                                    "prh/views.py", "harness/claims.yaml",
+                                    "reports/templates/_summary.j2"])
+def test_editing_a_file_makes_dvc_status_name_exactly_the_stages_that_run_it(committed, edited):
+    path = committed / edited
+    original = path.read_bytes()
+    expected = set()
+    for name in read_dvc_yaml()["stages"]:
+        deps = stage_files(stage_module(name))
+        if edited in deps or any(edited.startswith(f"{d}/") for d in deps):
+            expected |= expand(name)
+    try:
+        path.write_bytes(original + b"\n# edited\n")
+        assert stale(committed) == expected
+    finally:
+        path.write_bytes(original)
+    assert expected, edited
