@@ -86,28 +86,23 @@ class Params:
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def train_config(self, arm: str, seed: int) -> Any:
-        from prh.train_config import TrainConfig
-        return _build(TrainConfig, {**self.sections["train"], "arm": arm, "seed": seed},
-                      self.path, f"{self.profile}.train")
-
-    def image_config(self) -> Any:
-        from prh.image import ImageConfig
-        return _build(ImageConfig, self.sections["image"], self.path, f"{self.profile}.image")
-
-    def world_config(self) -> Any:
-        from prh.world import WorldConfig
-        section = self.sections["data"].get("world")
-        if section is None:
-            raise ParamsError(f"{self.path}: {self.profile}.data.world is missing; the world "
-                              "profile needs the generated world's settings (see params.yaml)")
-        return _build(WorldConfig, section, self.path, f"{self.profile}.data.world")
+    def config(self, cls: type, *keys: str, **extra: Any) -> Any:
+        """`cls` built strictly from the profile's section at `keys` (e.g. "train", or "data",
+        "world"), with `extra` keys set (a run's arm and seed); errors name the file and key."""
+        section: Any = self.sections
+        for i, key in enumerate(keys):
+            if not isinstance(section, dict) or not isinstance(section.get(key), dict):
+                where = ".".join((self.profile, *keys[:i + 1]))
+                raise ParamsError(f"{self.path}: {where} is missing; add it to {self.path.name}"
+                                  " (the repository's params.yaml shows every key)")
+            section = section[key]
+        return _build(cls, {**section, **extra}, self.path, ".".join((self.profile, *keys)))
 
     def eval_config(self) -> EvalConfig:
-        return _build(EvalConfig, self.sections["eval"], self.path, f"{self.profile}.eval")
+        return self.config(EvalConfig, "eval")
 
     def theory_config(self) -> TheoryConfig:
-        return _build(TheoryConfig, self.sections["theory"], self.path, f"{self.profile}.theory")
+        return self.config(TheoryConfig, "theory")
 
 
 def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
@@ -123,8 +118,10 @@ def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
         raise ParamsError(f"{path}: {where}: {e}; fix the value in {path.name}") from e
 
 
-def load_params(path: str | Path = "params.yaml", *, validate: bool = True) -> Params:
-    """Read params.yaml, select the profile, and (by default) build every config once."""
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
+    each stage builds (and so validates) the configs it reads, and `harness.validate` builds
+    them all before the pipeline runs."""
     path = Path(path)
     try:
         raw = read_yaml(path, "run from the repository root or pass --params")
@@ -156,25 +153,7 @@ def load_params(path: str | Path = "params.yaml", *, validate: bool = True) -> P
     if unknown:
         raise ParamsError(f"{path}: {profile}: unknown section(s) {unknown}; valid: "
                           f"{list(SECTIONS)}")
-    params = Params(path, profile, tuple(arms), tuple(seeds), {s: block[s] for s in SECTIONS})
-    if validate:
-        validate_params(params)
-    return params
-
-
-def validate_params(params: Params) -> None:
-    """Build every config of the profile, so any bad value fails before a stage runs."""
-    vocab = params.sections["data"].get("vocab_size")
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 10:
-        raise ParamsError(f"{params.path}: {params.profile}.data.vocab_size: expected an integer "
-                          f">= 10, got {vocab!r}")
-    if params.profile == "world":
-        params.world_config()
-    params.image_config()
-    for arm in params.arms:
-        params.train_config(arm, params.seeds[0])
-    params.eval_config()
-    params.theory_config()
+    return Params(path, profile, tuple(arms), tuple(seeds), {s: block[s] for s in SECTIONS})
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -187,54 +166,3 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in obj.items():
         out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
-
-
-A0 = "rerun article (000_03f36f523aa97921.txt)"
-A1 = "audit article (001_3694a0dfbde3a8c0.txt)"
-OTHER_SOURCES: dict[str, tuple[str, str]] = {
-    "eval.k": ("rerun_article", f"{A0}, 'Our rerun': mutual 10-NN"),
-    "eval.ci_level": ("rerun_article", f"{A0}, 'Our rerun': 95% paired bootstrap intervals"),
-    "theory.n_worlds": ("rerun_article", f"{A0}, 'What the paper proves': 20 random worlds"),
-    "theory.n_states": ("rerun_article", f"{A0}, 'What the paper proves': 30 states"),
-    "theory.k": ("rerun_article", f"{A0}, 'What the paper proves': k = 4"),
-    "theory.n_points": ("rerun_article", f"{A0}, 'What the paper proves': 800 grid points"),
-    "theory.bound_worlds": ("audit_article", f"{A1}, section 1: 300 random worlds"),
-    "image.encoder": ("rerun_article", f"{A0}, 'Can a Text Model Match Photos': frozen DINOv2"),
-}
-PROVENANCE = Path(__file__).with_name("provenance.yaml")  # training defaults -> their source
-SCALED_DOWN = "assumed: the world profile's scaled-down value (two CPU cores, minutes)"
-
-
-def provenance(params: Params) -> list[dict[str, Any]]:
-    """Every resolved hyperparameter of the profile with its source.
-
-    Training defaults carry their source in harness/provenance.yaml (rerun article / upstream
-    default / assumed); a world-profile value that differs from that default is marked as a
-    scaled-down assumption. Everything not sourced is "assumed", said as such.
-    """
-    from prh.train_config import TrainConfig
-
-    sources = read_yaml(PROVENANCE, "it ships with the harness package; reinstall it")
-    defaults = flatten(TrainConfig())
-    resolved = {"image": params.image_config(), "eval": params.eval_config(),
-                "theory": params.theory_config(),
-                "train": params.train_config(params.arms[0], params.seeds[0])}
-    rows = []
-    for key, value in sorted(flatten(resolved).items()):
-        if key in ("train.arm", "train.seed", "train.views.max_len", "train.views.mask_id"):
-            continue  # set per run, or derived from train.max_len and the tokenizer
-        source, citation = OTHER_SOURCES.get(key, ("assumed", "chosen by us"))
-        if key.startswith("train."):
-            sub = key.removeprefix("train.")
-            group = ".".join(key.split(".")[:2])  # train.views.n_global -> train.views
-            citation = sources.get(key, sources.get(group, "assumed: chosen by us"))
-            source = ("assumed" if citation.startswith("assumed") else
-                      "rerun_article" if "rerun article" in citation else "upstream default")
-            if params.profile == "world" and defaults.get(sub) != value:
-                source, citation = "assumed", f"{SCALED_DOWN}; paper-scale default " \
-                                              f"{defaults.get(sub)!r}: {citation}"
-        elif params.profile == "world" and key.startswith("image."):
-            source, citation = "assumed", "world profile: a small bad-view image JEPA " \
-                                          "stands in for DINOv2"
-        rows.append({"key": key, "value": value, "source": source, "citation": citation})
-    return rows

@@ -40,7 +40,7 @@ STAGES = {
     "contamination": "stage contamination (`dvc repro contamination`)",
     "audit": "stage audit (`dvc repro audit`)",
     "params": "params.yaml (kept in the repository; no stage writes it)",
-    "provenance": "harness.params.provenance(), or a --provenance JSON/YAML list",
+    "provenance": "harness.provenance.provenance(), or a --provenance JSON/YAML list",
 }
 SCHEMAS = {"results": "prh.results/1", "audit": "prh.audit/1", "run": RUN_SCHEMA}
 RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
@@ -228,7 +228,8 @@ def load_provenance(paths: ReportPaths) -> tuple[list | None, dict | None]:
         if data is not None and not isinstance(data, list):
             return None, absent(paths.provenance, "provenance", "expected a list of records")
         return data, missing
-    from harness.params import load_params, provenance
+    from harness.params import load_params
+    from harness.provenance import provenance
 
     if not paths.params.exists():
         return None, absent(paths.params, "params", "file not found")

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("prh", "harness")
 # data files read by a module at run time -> the module that reads them
 DATA_FILES = {"harness/claims.yaml": "harness/claims.py",
-              "harness/provenance.yaml": "harness/params.py",
+              "harness/provenance.yaml": "harness/provenance.py",
               "reports/templates": "harness/render.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
 

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
                         "not-seen), for CI gates")
     args = parser.parse_args(argv)
     try:
-        params = load_params(args.params, validate=False)
+        params = load_params(args.params)
         results = read_optional(args.results)
         if results is not None:
             check_params_hash(results, params.hash, str(args.results))

@@ -48,8 +48,10 @@ def fail(err: Exception) -> int:
 
 
 def weights_path(params: Params, raw: Path) -> Path:
-    """The DINOv2 weights: `image.weights` when set, else RAW/weights/dinov2_vitb14.pth."""
-    return Path(params.image_config().weights or raw / "weights" / "dinov2_vitb14.pth")
+    """The DINOv2 weights: `image.weights` when set, else RAW/weights/dinov2_vitb14.pth (the
+    image stage's config validates the value; here it is only a path to look for)."""
+    weights = params.sections["image"].get("weights")
+    return Path(weights or raw / "weights" / "dinov2_vitb14.pth")
 
 
 def missing_inputs(params: Params, raw: Path) -> list[str]:
@@ -61,7 +63,7 @@ def missing_inputs(params: Params, raw: Path) -> list[str]:
 
 
 def preflight(params_path: Path, raw: Path) -> Params:
-    """Validate params.yaml and the profile's inputs in `raw` before anything runs."""
+    """Read params.yaml and check the profile's inputs in `raw` before anything runs."""
     params = load_params(params_path)
     missing = missing_inputs(params, raw)
     if missing:

@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         params = preflight(args.params, args.raw)
-        cfg = params.image_config()
+        cfg = params.config(image.ImageConfig, "image")
         corpus = load_karpathy(args.raw / "dataset.json", min_captions=1)
         images = args.raw / "images"
         needed = ("train", "val", "test") if cfg.encoder == "world_cnn" else ("val", "test")

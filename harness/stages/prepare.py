@@ -22,10 +22,10 @@ def data_hash(path: Path) -> str:
 def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Path) -> None:
     """Refuse a train.max_len that would cut more than 1% of the training captions."""
     from prh.batches import tokenize_captions
-    from prh.train_config import view_config
+    from prh.train_config import TrainConfig, view_config
     from prh.views import check_fits
 
-    cfg = params.train_config(params.arms[0], params.seeds[0])
+    cfg = params.config(TrainConfig, "train", arm=params.arms[0], seed=params.seeds[0])
     lengths = [len(ids) for ids in tokenize_captions(photos, tokenizer).values()]
     try:
         check_fits(view_config(cfg, tokenizer), lengths, where=f"{path} (training captions)")

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--audit", type=Path, required=True, help="audit stage's JSON")
     parser.add_argument("--provenance", type=Path, default=None,
                         help="JSON/YAML list of {key, value, source, citation} (default: "
-                             "built from --params by harness.params.provenance)")
+                             "built from --params by harness.provenance)")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--strict", action="store_true",

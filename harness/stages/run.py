@@ -12,6 +12,7 @@ from prh.io import ContractError, read_json
 
 from ..audit import gate, parse_fail_on
 from ..params import load_params
+from ..validate import validate_params
 from .common import fail, preflight, stage_parser
 
 PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
         fail_on = parse_fail_on(args.fail_on)
         profile = load_params(args.params).profile
         params = preflight(args.params, Path(PROFILE_RAW.format(profile=profile)))
+        validate_params(params)
     except ContractError as e:
         return fail(e)
     if not Path(".dvc").exists():

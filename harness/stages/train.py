@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
     from prh.train import train_text_encoder
-    from prh.train_config import encoder_config, resolved_lamb, run_identity
+    from prh.train_config import TrainConfig, encoder_config, resolved_lamb, run_identity
 
     from .. import tracking
     from ..fingerprint import environment_fingerprint
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         params = preflight(args.params, args.dataset.parent)
-        cfg = params.train_config(args.arm, args.seed)
+        cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
     except ContractError as e:

@@ -1,5 +1,7 @@
-"""Stage `world`: check params.yaml and the profile's inputs (the pipeline's first stage, so
-every missing file is listed before any work), then generate the embedded world data set."""
+"""Stage `world`: check every setting of params.yaml and the profile's inputs (the pipeline's
+first stage, so every bad value and missing file is named before any work), then generate the
+embedded world data set. Validating every config makes this stage depend on every config's
+module: a code change there reruns it (seconds), and DVC stops at its unchanged output."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ def main(argv: list[str]) -> int:
     (dataset.json, images/, world.json) to --out."""
     from prh.world import WorldConfig, write_world
 
+    from ..validate import validate_params
+
     parser = stage_parser("world", main.__doc__)
     parser.add_argument("--inputs", type=Path, required=True,
                         help="the profile's raw data folder to check (data/PROFILE/raw)")
@@ -22,8 +26,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         params = preflight(args.params, args.inputs)
+        validate_params(params)  # the first stage: every config, before any work
         # under flickr30k the stage still exists (dvc.yaml is one graph): the world's default
-        world = params.world_config() if params.profile == "world" else WorldConfig()
+        world = (params.config(WorldConfig, "data", "world") if params.profile == "world"
+                 else WorldConfig())
     except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:
