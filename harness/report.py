@@ -170,8 +170,11 @@ def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
         for metric, m in block.get("metrics", {}).items():
             rows.append({"arm": arm, "metric": metric, "seeds": block.get("seeds", []),
                          "mean": m.get("mean"), "ci": m.get("ci"), "ci_method": m.get("ci_method"),
-                         "n": m.get("n"), "claims": claims.get((arm, metric), [])})
-    return {"rows": rows, "gaps": list(results.get("gaps", []))}
+                         "n": m.get("n"), "level": m.get("ci_level"),
+                         "claims": claims.get((arm, metric), [])})
+    levels = {r["level"] for r in rows if r["level"] is not None}
+    return {"rows": rows, "gaps": list(results.get("gaps", [])),
+            "level": levels.pop() if len(levels) == 1 else None}
 
 
 def section_seed_spread(results: Mapping) -> dict:

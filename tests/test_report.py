@@ -250,3 +250,17 @@ def test_plots_are_deterministic_svg_without_dates() -> None:
     a = plots.seed_dots(per_arm, "r_at_1", {"good": 0.245, "bad": 0.14}, {"good": ["1"]})
     b = plots.seed_dots(per_arm, "r_at_1", {"good": 0.245, "bad": 0.14}, {"good": ["1"]})
     assert a == b and a.startswith("<svg") and "<dc:date>" not in a
+
+
+def test_intervals_print_the_configured_level(tmp_path: Path) -> None:
+    root = tmp_path / "fix"
+    shutil.copytree(FIX, root)
+    results = json.loads((root / "results.json").read_text())
+    for block in results["arms"].values():
+        for m in block["metrics"].values():
+            if "ci" in m:
+                m["ci_level"] = 0.9
+    (root / "results.json").write_text(json.dumps(results))
+    html = render(build_context(paths_in(root)))
+    assert "90% interval</th>" in html and "90% paired interval</th>" in html
+    assert "95% interval" not in html
