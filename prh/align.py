@@ -5,7 +5,7 @@ encoders"): W = U V^T from the thin SVD of the centred cross-covariance X^T Y of
 X [n, dx] images (DINOv2 ViT-B: 768), Y [n, dy] texts (BERT-S: 384), dy <= dx. W is dx x dy
 with orthonormal columns (W^T W = I), 768*384 - 384*385/2 = 220,992 free parameters.
 
-Which direction is exact (method-anchors.md §3.1, Schönemann 1966):
+Which direction is exact (Schönemann 1966; both checked numerically against SciPy):
 - small -> large, text into image space: Q = W^T (dy x dx, Q Q^T = I) minimises ||Y Q - X||_F
   exactly, because ||Y Q||_F = ||Y||_F for every such Q. It equals SciPy's square solution
   `orthogonal_procrustes(Y_pad, X)` on Y zero-padded to dx columns (its first dy rows).

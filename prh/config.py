@@ -1,9 +1,10 @@
 """One strict loader from plain mappings (params.yaml sections) to config dataclasses.
 
-Unknown keys and wrong types raise ValueError naming `where.key` (nanoGPT's configurator checks,
-without `exec`: ../shared/research/style-anchors.md §1). Supported field types: bool, int, float
-(ints accepted), str, Literal[...], fixed tuples, `tuple[X, ...]`, and nested dataclasses. A
-dataclass may list the keys a user may set in `SETTABLE` (others are derived).
+Unknown keys and wrong types raise ValueError naming `where.key` (the checks of nanoGPT's
+configurator, which type-checks overrides and rejects unknown keys, without its `exec`).
+Supported field types: bool, int, float (ints accepted), str, Literal[...], fixed tuples,
+`tuple[X, ...]`, and nested dataclasses. A dataclass may list the keys a user may set in
+`SETTABLE` (others are derived).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ DINOv2 is one by the paper's own definition: its positives are crops of one phot
 article, 5.3 "By the Paper's Own Definition the Image Side Is a Bad View"; rerun article, "Where
 this stops").
 
-The crop recipe follows LeJEPA's (method-anchors.md 1.4/1.3 via the rerun article, "The loss
-brings view vectors together"): 2 global views and 6 local views, the invariance target is the
-mean of the global views, loss = invariance + lamb * SIGReg with lamb = 0.02. Crop areas mirror
-the text views of the rerun article ("two global views keeping 50-100% ... six local views
-keeping 15-50%"); every view is resized to the image size.
+The crop recipe follows LeJEPA's (stable-pretraining's LeJEPA benchmark and the rerun
+article, "The loss brings view vectors together"): 2 global views and 6 local views, the
+invariance target is the mean of the global views, loss = invariance + lamb * SIGReg with
+lamb = 0.02. Crop areas mirror the text views of the rerun article ("two global views keeping
+50-100% ... six local views keeping 15-50%"); every view is resized to the image size.
 """
 
 from __future__ import annotations
@@ -189,8 +189,9 @@ class WorldCNN(nn.Module):
 
 
 def projector(cfg: ImageConfig) -> nn.Sequential:
-    """stable-pretraining's shape, scaled down (method-anchors.md 1.4): a linear bottleneck,
-    one hidden Linear-BN-ReLU block, a last Linear with no norm or activation."""
+    """stable-pretraining's default LeJEPA projector, scaled down: a linear bottleneck, one
+    hidden Linear-BN-ReLU block (upstream has two, of width 2048), a last Linear with no norm
+    or activation."""
     h = cfg.proj_hidden
     return nn.Sequential(nn.Linear(cfg.embed_dim, h),
                          nn.Linear(h, h), nn.BatchNorm1d(h), nn.ReLU(inplace=True),
@@ -239,8 +240,8 @@ def _colour_jitter(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 
 def lr_at(step: int, total: int, base: float) -> float:
-    """Linear warmup over the first 10% of steps, then cosine to base/1000 (LeJEPA README,
-    method-anchors.md 1.3 "Documented hyperparameters")."""
+    """Linear warmup over the first 10% of steps, then cosine to base/1000 (the lejepa README
+    recipe: linear warmup, then cosine to lr/1000)."""
     warm = max(1, total // 10)
     if step < warm:
         return base * (step + 1) / warm
@@ -430,7 +431,7 @@ def embed_images(model: nn.Module, paths: list[Path], *, image_size: int, mean: 
 
     Batched, under no_grad, with the model in eval mode. `per_block` returns the CLS token of
     every transformer block's output, before the final norm (platonic-rep's layer-wise
-    protocol, method-anchors.md "Feature extraction"); it needs a model with `.blocks` (ViT).
+    protocol: the CLS token at `blocks.{i}.add_1`); it needs a model with `.blocks` (ViT).
     A progress bar is shown only when `progress` is true, or when it is None and stderr is a TTY.
     """
     check_images_exist(paths, "generate or download the images the data set names")

@@ -1,4 +1,4 @@
-"""File contracts shared by every stage (DESIGN.md, "Contracts between stages").
+"""File contracts shared by every stage (files, so that DVC can track them).
 
 - Every output is written atomically: a temp file in the same folder, then `os.replace`, so an
   interrupted stage never leaves a half-written file that looks complete.

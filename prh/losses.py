@@ -1,13 +1,14 @@
 """LeJEPA (invariance + SIGReg) and next-token losses, as the rerun article quotes them.
 
 Sources:
-- the rerun article (`000_03f36f523aa97921.txt`), "The loss brings view vectors together": the
-  four lines of stable-pretraining's `LeJEPA._compute_loss` and the `* N * world_size` factor;
-  "Next-token prediction in two lines": logits against the input word embeddings.
-- method-anchors.md section 1 (stable-pretraining `SlicedEppsPulley`/`EppsPulley` at
-  d15ec96d, lejepa `SlicingUnivariateTest`): grid, weights, seeding, and two upstream bugs that
-  are NOT reproduced here: the discarded all_reduce result and the world size captured at
-  construction.
+- the rerun article, "The loss brings view vectors together": the four lines of
+  stable-pretraining's `LeJEPA._compute_loss` and the `* N * world_size` factor; "Next-token
+  prediction in two lines": logits against the input word embeddings.
+- stable-pretraining@d15ec96 `stable_pretraining/methods/lejepa.py` (`SlicedEppsPulley`,
+  `EppsPulley`) and lejepa@eddffdd `lejepa/multivariate/slicing.py`
+  (`SlicingUnivariateTest`): grid, weights, seeding, and two stable-pretraining bugs that are
+  NOT reproduced here: it discards the result of its all_reduce and captures the world size at
+  construction (docs/sources.md, "Losses and SIGReg").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prh import distributed
 
 
 def epps_pulley_grid(t_max: float = 3.0, n_points: int = 17) -> tuple[Tensor, Tensor, Tensor]:
-    """Return (t, phi, weights) of the Epps-Pulley quadrature (method-anchors.md 1.1).
+    """Return (t, phi, weights) of the Epps-Pulley quadrature (stable-pretraining's and lejepa's).
 
     t = linspace(0, t_max, n_points); phi = exp(-t^2/2) is the N(0,1) characteristic function;
     weights = trapezoid weights of [-t_max, t_max] folded onto t >= 0 (dt at both ends, 2 dt
@@ -63,7 +64,7 @@ def epps_pulley(projected: Tensor, t: Tensor, phi: Tensor, weights: Tensor) -> T
     sample count, so N * world_size is the global count (equal per-rank batches assumed, as
     in stable-pretraining and lejepa). The world size is read at call time.
     Under H0 (x ~ N(0,1)) E[T] = sum_k w_k (1 - exp(-t_k^2)) = 1.0525 on the default grid,
-    for a collapsed x == 0, T = 0.4020 N (method-anchors.md 1.1, "Derived test constants").
+    for a collapsed x == 0, T = 0.4020 N (both computed from these weights).
     """
     with torch.autocast(device_type=projected.device.type, enabled=False):
         x_t = projected.float().unsqueeze(-1) * t.float()  # [N, S, P]
@@ -84,7 +85,7 @@ class SIGReg(nn.Module):
     by a max-reduce before use, and is incremented on every call. The rerun article ("The
     loss brings view vectors together"): 1,024 random unit directions redrawn every step,
     17 points of the characteristic function. CPU and CUDA generators draw different
-    directions for the same seed (method-anchors.md 1.2). The counter stays on the CPU when
+    directions for the same seed. The counter stays on the CPU when
     the module moves to a GPU, so reading it is no device sync (one process; under DDP the
     max-reduce runs on the device).
     """

@@ -2,17 +2,18 @@
 
 The encoder is transformers' `BertModel`, never downloaded. We use that class rather than a
 hand-written one because the authors' next-token head reads
-`self.backbone.bert.embeddings.word_embeddings.weight` (the rerun article,
-000_03f36f523aa97921.txt, "Next-token prediction in two lines"): their encoder is Hugging Face
+`self.backbone.bert.embeddings.word_embeddings.weight` (the rerun article, "Next-token
+prediction in two lines"): their encoder is Hugging Face
 BERT, so the same class gives the same layer layout and initialisation (normal, std 0.02).
-The NTP arm is "the same BERT turned causal" (the audit article, 001_3694a0dfbde3a8c0.txt,
-"What '109M Beats 72B' Measured Was Not Language Ability"): `is_decoder=True` swaps the
+The NTP arm is "the same BERT turned causal" (the audit article, "What '109M Beats 72B'
+Measured Was Not Language Ability"): `is_decoder=True` swaps the
 bidirectional mask for a causal one and nothing else.
 
 Pooling is a parameter. The default for every arm is the mean over non-pad tokens: for JEPA it
 is our assumption (the articles do not quote the pooling line); for NTP it is how
-platonic-rep embeds causal language models (mask-weighted mean over tokens, method-anchors.md
-§2.2), so the causal encoder is scored the way the PRH literature scores LLMs.
+platonic-rep embeds causal language models (`extract_features.py`: the mask-weighted mean
+over tokens of every hidden state), so the causal encoder is scored the way the PRH
+literature scores LLMs.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def count_parameters(module: nn.Module) -> int:
 
 
 class Projector(nn.Module):
-    """stable-pretraining's default LeJEPA projector (method-anchors.md §1.4).
+    """stable-pretraining's default LeJEPA projector (`methods/lejepa.py`, `backbone/mlp.py`).
 
     Linear(D -> 512), then two blocks Linear -> BatchNorm1d -> ReLU of width 2048, then
     Linear(2048 -> 512) with no norm or activation on the output. The first Linear has no

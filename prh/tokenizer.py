@@ -2,8 +2,9 @@
 
 Built with the `tokenizers` library (the BertWordPieceTokenizer(lowercase=True) pipeline) so
 nothing is downloaded; the merges are counted here so that the vocabulary is deterministic.
-transformers 5 silently ignores `BertTokenizerFast(vocab_file=...)` and maps every word to
-[UNK] (feasibility.md, row 5c), so this module never goes through transformers.
+transformers 5 silently ignores `BertTokenizerFast(vocab_file=...)`: the vocabulary is then
+the 5 special tokens and every word maps to [UNK], so this module never goes through
+transformers.
 Special tokens, in id order: [PAD] [UNK] [CLS] [SEP] [MASK] (BERT's names; ids assumed by us).
 """
 

@@ -9,7 +9,8 @@ nuisance) at a size that trains on two CPU cores:
   order), a synonym bank, and a voice whose filler words are scattered through the caption.
   The style is shared by every span of that caption and independent across a scene's
   captions, so bad views (spans of one caption) share it and good views (spans of different
-  captions) do not (Prop. 3; DESIGN.md, "The world profile is an experiment");
+  captions) do not (Prop. 3, in the rerun article's "What the paper proves": a bad view
+  spends directions on nuisance exactly when its correlation exceeds the k-th world one);
 - an image renders the scene as coloured shapes, with its own nuisance: position jitter,
   colour noise, background tint and pixel noise.
 

@@ -20,7 +20,8 @@ from prh.losses import (
     ntp_loss,
 )
 
-# method-anchors.md 1.1, "Numeric weights for the defaults" (numpy, 6 decimals).
+# stable-pretraining's and lejepa's EppsPulley weights for the defaults (t_max 3, 17 points),
+# computed with numpy to 6 decimals (docs/sources.md, "Losses and SIGReg").
 ANCHOR_WEIGHTS = [0.1875, 0.368466, 0.349538, 0.320129, 0.283065, 0.241646, 0.199161, 0.158475,
                   0.121745, 0.090296, 0.064658, 0.0447, 0.029835, 0.019225, 0.011961, 0.007184,
                   0.002083]
@@ -68,7 +69,7 @@ def test_wrong_scale_grows_linearly_in_n():
     g = torch.Generator().manual_seed(0)
     small = epps_pulley(2 * torch.randn(256, 1000, generator=g), *grid).mean().item()
     large = epps_pulley(2 * torch.randn(1024, 1000, generator=g), *grid).mean().item()
-    # method-anchors.md 1.1: sigma = 2 gives T ~ 62 at N = 256 and 244 at N = 1024.
+    # sigma = 2 gives T ~ 62 at N = 256 and 244 at N = 1024 (numpy, on the default grid).
     assert small == pytest.approx(62, rel=0.05)
     assert large == pytest.approx(244, rel=0.05)
     assert large / small == pytest.approx(4, rel=0.05)

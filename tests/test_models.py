@@ -43,7 +43,8 @@ def test_preset_parameter_counts(cfg: TextEncoderConfig, target: float, tol: flo
 
 def test_bert_s_count_matches_transformers_reference() -> None:
     # BertModel(L12, H384, A12, I1536, V30522) has 33,360,000 parameters with its pooler, whose
-    # Linear(384, 384) is 147,840 (feasibility.md §5); we build it without the pooler.
+    # Linear(384, 384) is 147,840 (transformers' BertModel, counted); we build it without the
+    # pooler.
     with torch.device("meta"):
         assert count_parameters(build_text_encoder(BERT_S)) == 33_360_000 - 147_840
 
