@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The pinned CUDA image that reruns the paper (issue 7). docker/README.md explains each choice,
+# The pinned CUDA image that reruns the paper. docker/README.md explains each choice,
 # how to build, run and archive it, and how to re-pin the base.
 #
 # Base: nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04, pinned by the digest of its linux/amd64

@@ -4,9 +4,9 @@
     OMP_NUM_THREADS=2 python bench/cpu_step.py --arm good --profile
     OMP_NUM_THREADS=2 python bench/cpu_step.py --bert          # also BERT-S at a small batch
 
-The world profile trains its text arms on two CPU cores (DESIGN.md, "Profiles"). This builds
+The world profile trains its text arms on two CPU cores, in minutes. This builds
 the world's training captions from params.yaml's `world.data` section (the generator of
-prh.world, without rendering images), trains the WordPiece tokenizer as `harness data` does,
+prh.world, without rendering images), trains the WordPiece tokenizer as `harness prepare` does,
 and runs one epoch of params.yaml's `world.train` config through the loop's own pieces:
 the per-run caption bank, the per-step batch building (`prh.batches`) and `train_step`.
 It prints ms per step split into batch building (host) and model compute, and the projected

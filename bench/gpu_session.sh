@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 3 as one prepared command, for a session lent an H200: the device
+# The GPU speed checks as one prepared command, for a session lent an H200: the device
 # tool's `run` with command `bash bench/gpu_session.sh` and timeout_s 590 (one 10-minute call).
 #
 # 1. the environment (nvidia-smi, torch and transformers versions);

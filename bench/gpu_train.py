@@ -3,9 +3,9 @@
 Default: BERT-S, good views (2 global + 6 local), 256 photos per step, bf16 autocast on CUDA,
 as the paper's Flickr30k arm. Prints the step time, tokens/s, the share of the GPU's dense bf16
 peak (FLOPs estimated as 6 x parameters x tokens) and the projected time of a 200-epoch
-Flickr30k arm (29,000 training photos; the rerun article, 000_03f36f523aa97921.txt, "Can a Text
-Model Match Photos..."). Batches come from a caption bank built once, as in the training loop;
-the host-side batch building is also timed on its own. On CUDA it counts the host syncs of one
+Flickr30k arm (29,000 training photos; the rerun article, "Can a Text Model Match Photos...").
+Batches come from a caption bank built once, as in the training loop; the host-side batch
+building is also timed on its own. On CUDA it counts the host syncs of one
 step (torch.cuda sync debug mode) and, with --profile, the share of the step the GPU is busy and
 its top kernels: a step far above its kernel time is host- or launch-bound.
 
@@ -54,7 +54,7 @@ H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s of one H200 (NVIDIA's datasheet, wi
 FLICKR_TRAIN_PHOTOS = 29_000
 PAPER_EPOCHS = 200
 VOCAB = 30_522
-TARGET_ARM_S = 600  # issue 3: <= 10 minutes per 200-epoch arm on one H200
+TARGET_ARM_S = 600  # the speed target: <= 10 minutes per 200-epoch arm on one H200
 TINY = TextEncoderConfig(hidden=64, layers=2, heads=4, intermediate=128)  # CPU smoke checks
 # --matrix: (name, arm, speed), the loop's CUDA default (one pass, eager) first.
 MATRIX: tuple[tuple[str, str, SpeedConfig], ...] = (

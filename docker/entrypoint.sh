@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Entrypoint of the pinned image (issue 7; docker/README.md).
+# Entrypoint of the pinned image (docker/README.md).
 #
 #   IMAGE [flickr30k] [dvc exp run options]   the paper's setup: needs /data and a GPU (default)
 #   IMAGE world [dvc exp run options]         the embedded world profile: CPU, no data needed

@@ -5,8 +5,9 @@ Text rules, applied in order, each pair counted once under the first rule that f
 - `prefix40`: same first 40 normalised characters. These two are the rules behind the paper's
   WIT count as the audit article reports it (section "Contamination and Fits, the Things the
   Paper Counted on Itself": 26 exact + 17 first-40-character matches = 43);
-- `ngram13`: a shared word 13-gram (GPT-3 appendix C, lm-evaluation-harness's n = 13;
-  harness-anchors.md 2.6). Captions shorter than 13 words have no 13-gram and cannot match.
+- `ngram13`: a shared word 13-gram (GPT-3 appendix C: an item sharing any N-gram with the
+  training data is contaminated; lm-evaluation-harness takes n = 13). Captions shorter than 13
+  words have no 13-gram and cannot match.
 
 Images: perceptual hash (imagehash.phash, pinned at 4.3.2 in pyproject.toml because 4.0 changed
 the encoding), a pair within `max_distance` bits of Hamming distance is a duplicate.

@@ -14,7 +14,7 @@ per-query outcomes for the same test pairs (the `.npz` beside each run file, doc
 the delta gets a paired bootstrap interval (harness.stats.paired_bootstrap_diff over the
 seed-mean outcome of each pair). Then the params, provenance and environment entries that
 differ. `--fail-if 'r_at_1<-0.01'` exits 1 when a delta crosses the tolerance, so the command
-can gate CI: what `dvc metrics diff` lacks (DVC issue #10408, harness-anchors.md §2.1).
+can gate CI: `dvc metrics diff` has no tolerance to gate on (DVC issue #10408 asks for one).
 Exit codes: 0 no gate failed, 1 a gate failed, 2 bad input (the message names it).
 """
 

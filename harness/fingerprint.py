@@ -1,5 +1,4 @@
-"""The environment fingerprint that MLflow tags and the report prints (issue 7, "The pinned
-CUDA container"; DESIGN.md, harness/ `tracking` and `report`).
+"""The environment fingerprint that MLflow tags and the report prints.
 
 Every value is a string, so the dict goes straight into MLflow tags and JSON. It records what
 moves numbers between reruns: Python, platform, torch with its CUDA and cuDNN builds, the GPUs

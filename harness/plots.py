@@ -1,10 +1,12 @@
 """Report figures as inline SVG strings: seed-spread dots, per-epoch curves, fit-size curve.
 
-Plots compute nothing (the rliable `plot_utils` split, style-anchors.md §3): they take the
-finished numbers `harness.report.build_context` prepared and return SVG text. Output is
-deterministic: the Agg backend, a fixed `svg.hashsalt`, no date in the metadata, and text as
-paths (`svg.fonttype = "path"`), so WeasyPrint needs no font for the figures and cannot drop
-glyphs from them (WeasyPrint issues #1345, #1810 in harness-anchors.md §2.8).
+Plots compute nothing (rliable's split: its `plot_utils` draw the estimates its library
+computed and return the figure): they take the finished numbers
+`harness.report.build_context` prepared and return SVG text. Output is deterministic: the Agg
+backend, a fixed `svg.hashsalt`, no date in the metadata, and text as paths
+(`svg.fonttype = "path"`), so WeasyPrint needs no font for the figures and cannot drop glyphs
+from them (WeasyPrint issue #1345: matplotlib's SVG text broke in its renderer; #1810: a
+missing glyph prints as nothing, with no error).
 """
 
 from __future__ import annotations

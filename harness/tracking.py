@@ -3,7 +3,7 @@ for the git commit, dirty flag, DVC stage, params hash, data hash and environmen
 
 Backend: `MLFLOW_TRACKING_URI` when set (e.g. a shared server on PostgreSQL), else a SQLite
 file `mlflow.db` at the repository root with artifacts in `mlruns/` beside it (MLflow's file
-store is in maintenance mode: ../shared/research/feasibility.md, row 3b).
+store is deprecated: from MLflow 3.13 `file:` tracking raises unless MLFLOW_ALLOW_FILE_STORE=true).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pinned image (issue 7), checked without a Docker engine: hadolint, the pins of the
+"""The pinned image, checked without a Docker engine: hadolint, the pins of the
 Dockerfile against docker/requirements.lock and pyproject.toml, the lock against pyproject's
 dependencies, and docker/entrypoint.sh's refusals and pipeline call."""
 

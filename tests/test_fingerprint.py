@@ -1,4 +1,4 @@
-"""harness.fingerprint: the environment record that MLflow tags and the report prints (issue 7)."""
+"""harness.fingerprint: the environment record that MLflow tags and the report prints."""
 
 from __future__ import annotations
 
