@@ -20,6 +20,8 @@ import subprocess
 from collections import Counter
 from importlib import metadata
 
+from prh.io import file_sha256
+
 NOT_IN_IMAGE = "not in the pinned image"
 NONE = "none"
 
@@ -140,7 +142,6 @@ def lock_sha256(path: str) -> str:
     if not path:
         return NOT_IN_IMAGE
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return file_sha256(path)
     except OSError as e:
         return f"missing: {path} ({e.strerror})"
