@@ -1,6 +1,7 @@
 """Uncertainty for the audit: bootstrap intervals over test pairs and spread over seeds.
 
-Two levels, kept apart (harness-anchors.md, section 2.4):
+Two levels, kept apart (with 3 to 5 seeds a bootstrap across seeds is unreliable, so the
+rerun resamples within a seed and reports the spread across seeds on its own):
 
 - within one run, per-query outcomes are resampled over the test pairs (`bootstrap_ci`,
   `paired_bootstrap_diff`): the rerun article's "Our rerun" section reports 95% bootstrap
@@ -87,7 +88,8 @@ def bootstrap_ci(x: np.ndarray, *, statistic: str = "mean", level: float = 0.95,
 
     `method` is "percentile" or "bca". BCa is undefined when the resampled statistic does not
     vary (all-equal data) or its jackknife is flat; then the percentile interval is returned and
-    `note` says so (harness-anchors.md 2.4: scipy gives NaN plus DegenerateDataWarning there).
+    `note` says so (scipy.stats.bootstrap returns NaN with a DegenerateDataWarning there:
+    SciPy PRs #14351 and #16377, issue #15883).
     """
     arr = _as_sample(x, "bootstrap_ci")
     _check_common(level, n_resamples)
