@@ -39,8 +39,13 @@ class EvalConfig:
     fit_sizes: tuple[int, ...] = ()
 
     def validate(self) -> None:
-        if self.k < 1 or self.n_resamples < 1 or not 0 < self.ci_level < 1:
-            raise ValueError("k and n_resamples must be >= 1 and ci_level in (0, 1)")
+        if self.k < 1:
+            raise ValueError(f"k = {self.k}: mutual k-NN needs k >= 1 (the paper: 10)")
+        if self.n_resamples < 1:
+            raise ValueError(f"n_resamples = {self.n_resamples}: use at least 1 (10000 default)")
+        if not 0 < self.ci_level < 1:
+            raise ValueError(f"ci_level = {self.ci_level}: a level is a fraction in (0, 1), "
+                             "e.g. 0.95 for 95%")
         if any(n < 2 for n in self.fit_sizes):
             raise ValueError(f"fit_sizes must be >= 2 pairs each, got {self.fit_sizes}")
 

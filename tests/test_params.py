@@ -82,3 +82,84 @@ def test_every_training_default_has_a_source_inside_the_repository(tmp_path):
     assert set(sources) <= keys | {".".join(k.split(".")[:2]) for k in keys}
     for text in sources.values():
         assert ".txt" not in text and not BANNED.search(text), text
+
+
+def config_keys() -> dict[str, list[str]]:
+    """Every key a config of the code reads, by params.yaml section (arm and seed come from the
+    matrix; the views' max_len and mask_id from train.max_len and the tokenizer)."""
+    from harness.params import EvalConfig, TheoryConfig, flatten
+    from prh.image import ImageConfig
+    from prh.train_config import VIEW_KEYS, TrainConfig
+    from prh.world import WorldConfig
+
+    train = [k for k in flatten(TrainConfig()) if k not in ("arm", "seed")
+             and not (k.startswith("views.") and k[6:] not in VIEW_KEYS)]
+    return {"data.world": list(flatten(WorldConfig())), "image": list(flatten(ImageConfig())),
+            "train": train, "eval": list(flatten(EvalConfig())),
+            "theory": list(flatten(TheoryConfig()))}
+
+
+@pytest.mark.parametrize("profile", ["world", "flickr30k"])
+def test_params_yaml_holds_every_knob_the_code_reads(profile):
+    """So `dvc exp run -S PROFILE.SECTION.KEY=...` works for every knob (DVC refuses a key
+    params.yaml lacks: "Key 'lamb' is not in struct")."""
+    from harness.params import flatten
+
+    block = flatten(yaml.safe_load((ROOT / "params.yaml").read_text())[profile])
+    missing = [f"{section}.{key}" for section, keys in config_keys().items()
+               if profile == "world" or section != "data.world"
+               for key in keys if f"{section}.{key}" not in block]
+    assert missing == []
+    assert block["train.lamb"] == 0.02 and block["train.views.n_local"] == 6
+
+
+def test_a_knob_missing_from_params_yaml_is_caught():
+    """The check above on a params.yaml without lamb: it names the key."""
+    from harness.params import flatten
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    del raw["world"]["train"]["lamb"]
+    block = flatten(raw["world"])
+    assert [k for k in config_keys()["train"] if f"train.{k}" not in block] == ["lamb"]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda r: r["world"]["eval"].update(k=500), "world.eval.k = 500: mutual k-NN needs more "
+     "than k test pairs and world.data.world has 300"),
+    (lambda r: r["world"]["eval"].update(fit_sizes=[25, 400]), "[400] exceed the 300 fit pairs"),
+    (lambda r: r["world"]["data"]["world"].update(n_fit=1) or r["world"]["eval"].update(
+        fit_sizes=[]),
+     "n_fit = 1: the Procrustes map needs at least 2"),
+    (lambda r: r["world"]["data"]["world"].update(n_objects=2, n_colours=1, n_counts=1,
+                                                 n_relations=1), "only 2 distinct scenes"),
+    (lambda r: r["world"]["data"]["world"].update(n_test=5), "world.eval.k = 10: mutual k-NN"),
+    (lambda r: r["world"]["train"].update(max_len=16), "longest caption has 21 words"),
+    (lambda r: r["flickr30k"]["eval"].update(k=1000) or r.update(profile="flickr30k"),
+     "the Karpathy split has 1000"),
+])
+def test_settings_that_cannot_work_together_fail_before_any_work(tmp_path, edit, needle):
+    path = write(tmp_path, edit)
+    with pytest.raises(ParamsError) as err:
+        validate_params(load_params(path))
+    message = str(err.value)
+    assert str(path) in message and needle in message
+    assert message.count("\n  ") == 1  # one broken rule, one message
+
+
+def test_each_broken_rule_gets_its_own_message(tmp_path):
+    def edit(r):
+        r["world"]["eval"].update(k=500, fit_sizes=[400])
+        r["world"]["train"].update(max_len=16)
+    with pytest.raises(ParamsError) as err:
+        validate_params(load_params(write(tmp_path, edit)))
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 3 and [x.split(":")[0].strip() for x in lines] == [
+        "world.eval.k = 500", "world.eval.fit_sizes [400]", "world.train.max_len = 16"]
+
+
+def test_ci_level_as_a_percentage_gets_the_one_rule_it_breaks(tmp_path):
+    path = write(tmp_path, lambda r: r["world"]["eval"].update(ci_level=95))
+    with pytest.raises(ParamsError) as err:
+        validate_params(load_params(path))
+    assert "ci_level = 95.0: a level is a fraction in (0, 1), e.g. 0.95" in str(err.value)
+    assert "n_resamples" not in str(err.value) and "mutual" not in str(err.value)
