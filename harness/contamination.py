@@ -28,7 +28,7 @@ import imagehash
 import numpy as np
 from PIL import Image
 
-from prh.data import load_karpathy
+from prh.data import check_splits, load_karpathy
 from prh.io import ContractError
 
 TEXT_RULES = ("exact", "prefix40", "ngram13")
@@ -132,6 +132,7 @@ def scan(dataset: Path, image_dir: Path | None, *, prefix_chars: int = 40, n: in
          max_distance: int = 4, hash_size: int = 8) -> dict[str, Any]:
     """The contamination report of one Karpathy-split data set (runs/contamination.json)."""
     corpus = load_karpathy(dataset)
+    check_splits(corpus)
     train = corpus.split("train")
     train_texts = [c for p in train for c in p.captions]
     report: dict[str, Any] = {

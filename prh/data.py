@@ -133,12 +133,100 @@ def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
                         f"'dataset' and 'images'; {REGENERATE}")
     name = _field(doc, "dataset", str, f"{path}: top level")
     images = _field(doc, "images", list, f"{path}: top level")
-    photos, seen = [], {}
+    photos, seen, files, sentids = [], {}, {}, {}
     for i, image in enumerate(images):
         photo = _photo(image, i, path, min_captions)
         if photo.id in seen:
             raise DataError(f"{path}: images[{i}] (imgid {photo.id}) duplicates the imgid of "
                             f"images[{seen[photo.id]}]; give every photo a unique imgid")
-        seen[photo.id] = i
+        if photo.filename in files:
+            raise DataError(f"{path}: images[{i}] (imgid {photo.id}) names the file "
+                            f"{photo.filename!r} of images[{files[photo.filename]}]; two records "
+                            f"cannot share one photo: fix the file name or drop the duplicate")
+        for j, sentence in enumerate(image["sentences"]):
+            sid = sentence.get("sentid")
+            if sid is not None and sid in sentids:
+                raise DataError(f"{path}: images[{i}] (imgid {photo.id}), sentence {j}: sentid "
+                                f"{sid} is also used in images[{sentids[sid]}]; give every "
+                                f"sentence a unique sentid; {REGENERATE}")
+            sentids[sid] = i
+        seen[photo.id], files[photo.filename] = i, i
         photos.append(photo)
     return CaptionCorpus(path=path, name=name, photos=tuple(photos))
+
+
+# Karpathy's Flickr30k split (dataset_flickr30k.json; the rerun article, "Our rerun": fit on the
+# 1,014 validation pairs, score on the 1,000 test pairs): photos per split, captions per photo,
+# and the JPEGs of the flickr30k-images folder.
+KARPATHY_FLICKR30K = {"train": 29000, "val": 1014, "test": 1000, "captions": 5,
+                      "images": 31783}
+
+
+def check_splits(corpus: CaptionCorpus) -> None:
+    """Refuse a file without Karpathy's three splits: training photos (train/restval), the val
+    photos the alignment is fitted on and the test photos it is scored on."""
+    empty = [s for s in ("train", "val", "test") if not corpus.split(s)]
+    if empty:
+        counts = {s: sum(p.split == s for p in corpus.photos) for s in SPLITS}
+        raise DataError(f"{corpus.path}: no photos in split(s) {empty} (found {counts}); the "
+                        "protocol trains on 'train', fits on 'val' and scores on 'test': use "
+                        "the Karpathy split file, whose photos carry those split names")
+
+
+def karpathy_warnings(corpus: CaptionCorpus, n_files: int) -> list[str]:
+    """Differences from Karpathy's Flickr30k that keep the protocol (train, fit, score) but
+    change what the numbers can be compared with; `n_files` counts the image folder's files."""
+    want = KARPATHY_FLICKR30K
+    out = []
+    if corpus.name != "flickr30k":
+        out.append(f"{corpus.path}: dataset {corpus.name!r}, not 'flickr30k'")
+    for split in ("train", "val", "test"):
+        n = len(corpus.split(split))
+        if n != want[split]:
+            out.append(f"{corpus.path}: {n} {split} photos, Karpathy's Flickr30k has "
+                       f"{want[split]:,}" + ("; R@k over other test pairs is not the paper's "
+                                             "figure" if split == "test" else ""))
+    restval = sum(p.split == "restval" for p in corpus.photos)
+    if restval:
+        out.append(f"{corpus.path}: {restval} 'restval' photos (trained on; Karpathy's "
+                   "Flickr30k has none)")
+    other = [p for p in corpus.photos if len(p.captions) != want["captions"]]
+    if other:
+        out.append(f"{corpus.path}: {len(other)} photos without exactly {want['captions']} "
+                   f"captions (first: imgid {other[0].id}, {len(other[0].captions)})")
+    if n_files != want["images"]:
+        out.append(f"image folder: {n_files:,} files, flickr30k-images has {want['images']:,}")
+    return out
+
+
+def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
+    """Open and decode every photo the file names (all splits); raise one DataError naming each
+    missing, empty or undecodable file with its record. Returns the folder's file count."""
+    from PIL import Image
+
+    bad = []
+    for i, photo in enumerate(corpus.photos):
+        path = image_dir / photo.filename
+        why = ("missing" if not path.is_file() else "empty (0 bytes)"
+               if path.stat().st_size == 0 else _undecodable(path, Image))
+        if why:
+            bad.append(f"{photo.filename} (images[{i}], imgid {photo.id}, {photo.split}): {why}")
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise DataError(f"{image_dir}: {len(bad)} photo(s) of {corpus.path} cannot be read: "
+                        f"{'; '.join(bad[:5])}{more}; copy the data set's images there again "
+                        "(Flickr30k: flickr30k-images), or drop those records")
+    return sum(1 for p in image_dir.iterdir() if p.is_file())
+
+
+def _undecodable(path: Path, image: Any) -> str:
+    """'' when PIL decodes the file whole, else why not (a truncated JPEG raises in load)."""
+    try:
+        with image.open(path) as im:
+            im.draft("RGB", (64, 64))  # JPEG: decode at 1/8 scale, still the whole stream
+            im.load()
+            if min(im.size) < 1:
+                return f"size {im.size}"
+    except (OSError, ValueError, SyntaxError) as e:
+        return f"does not decode ({' '.join(str(e).split())})"
+    return ""

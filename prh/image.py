@@ -398,9 +398,24 @@ def build_dinov2(weights: Path, img_size: int = 224) -> nn.Module:
     model = timm.create_model(DINOV2_TIMM_NAME, pretrained=False, num_classes=0,
                               img_size=img_size)
     state = _read_state_dict(weights)
+    _check_width(state, weights, model.embed_dim)
     load_strict(model, checkpoint_filter_fn(state, model),
                 f"{weights}: not a DINOv2 ViT-B/14 state dict", DINOV2_FIX)
     return model.eval()
+
+
+# DINOv2 ViT/14 widths (Oquab et al. 2023, table 17): the size a state dict of another width is
+DINOV2_WIDTHS = {384: "ViT-S/14", 768: "ViT-B/14", 1024: "ViT-L/14", 1536: "ViT-g/14"}
+
+
+def _check_width(state: Mapping[str, Any], path: Path, width: int) -> None:
+    """Name the model a state dict of another width holds (its cls_token: timm and Meta
+    layouts share the key) instead of a list of size mismatches."""
+    cls = state.get("cls_token")
+    if isinstance(cls, torch.Tensor) and cls.shape[-1] != width:
+        found = DINOV2_WIDTHS.get(cls.shape[-1], f"a width-{cls.shape[-1]} model")
+        raise ImageError(f"{path}: holds {found} weights (cls_token width {cls.shape[-1]}), "
+                         f"the image encoder is DINOv2 ViT-B/14 (width {width}); {DINOV2_FIX}")
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 
-from prh.data import DataError, Photo, load_karpathy
+from prh.data import (
+    DataError,
+    Photo,
+    check_image_files,
+    check_splits,
+    karpathy_warnings,
+    load_karpathy,
+)
 from prh.io import ContractError
 
 
@@ -96,3 +104,78 @@ def test_reader_does_not_mutate_or_depend_on_optional_fields(tmp_path):
     before = copy.deepcopy(doc)
     corpus = load_karpathy(write(tmp_path, doc))
     assert len(corpus.photos) == 4 and doc == before
+
+
+def test_two_photos_sharing_a_file_name_or_a_sentid_are_refused(tmp_path):
+    doc = karpathy_doc()
+    doc["images"][3]["filename"] = "11.jpg"
+    with pytest.raises(DataError, match=r"images\[3\] \(imgid 13\) names the file '11.jpg' of "
+                                        r"images\[1\]"):
+        load_karpathy(write(tmp_path, doc))
+    doc = karpathy_doc()
+    doc["images"][2]["sentences"][4]["sentid"] = 50   # photo 10's first sentence
+    with pytest.raises(DataError, match=r"images\[2\] \(imgid 12\), sentence 4: sentid 50 is "
+                                        r"also used in images\[0\]"):
+        load_karpathy(write(tmp_path, doc))
+
+
+def test_a_file_without_karpathys_three_splits_is_refused(tmp_path):
+    doc = karpathy_doc()
+    doc["images"][3]["split"] = "val"                  # no test photo left
+    corpus = load_karpathy(write(tmp_path, doc))
+    with pytest.raises(DataError, match=r"no photos in split\(s\) \['test'\].*'val': 2"):
+        check_splits(corpus)
+    check_splits(load_karpathy(write(tmp_path, karpathy_doc())))
+
+
+def test_differences_from_karpathy_flickr30k_are_warnings_that_say_what_differs(tmp_path):
+    doc = karpathy_doc()
+    doc["images"][0]["sentences"].pop()
+    warnings = karpathy_warnings(load_karpathy(write(tmp_path, doc)), n_files=4)
+    text = "\n".join(warnings)
+    assert "2 train photos, Karpathy's Flickr30k has 29,000" in text     # train + restval
+    assert "1 val photos, Karpathy's Flickr30k has 1,014" in text
+    assert "1 test photos, Karpathy's Flickr30k has 1,000; R@k over other test pairs" in text
+    assert "1 'restval' photos" in text
+    assert "1 photos without exactly 5 captions (first: imgid 10, 4)" in text
+    assert "4 files, flickr30k-images has 31,783" in text
+    assert len(warnings) == 6
+
+
+def test_karpathy_sized_flickr30k_gives_no_warning(tmp_path):
+    images = []
+    splits = ["train"] * 29000 + ["val"] * 1014 + ["test"] * 1000
+    for imgid, split in enumerate(splits):
+        sents = [sentence(imgid, 5 * imgid + j, "a dog .") for j in range(5)]
+        images.append({"imgid": imgid, "filename": f"{imgid}.jpg", "split": split,
+                       "sentences": sents})
+    corpus = load_karpathy(write(tmp_path, {"dataset": "flickr30k", "images": images}))
+    assert karpathy_warnings(corpus, n_files=31783) == []
+
+
+def test_every_photo_of_every_split_is_opened_and_decoded(tmp_path):
+    from PIL import Image
+
+    corpus = load_karpathy(write(tmp_path, karpathy_doc()))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    noise = np.random.default_rng(0).integers(0, 256, (150, 200, 3), dtype=np.uint8)
+    for i in (10, 11, 12, 13):
+        Image.fromarray(noise).save(folder / f"{i}.jpg", format="JPEG")
+    (folder / "extra.txt").write_text("not a photo")
+    assert check_image_files(corpus, folder) == 5
+    good = (folder / "12.jpg").read_bytes()
+    (folder / "10.jpg").write_bytes(b"")                      # train: zero bytes
+    (folder / "11.jpg").unlink()                              # restval: missing
+    (folder / "12.jpg").write_bytes(good[: len(good) // 2])   # val: truncated JPEG
+    (folder / "13.jpg").write_bytes(b"<html>not found</html>")  # test: not an image
+    with pytest.raises(DataError) as err:
+        check_image_files(corpus, folder)
+    text = str(err.value)
+    assert text.startswith(f"{folder}: 4 photo(s) of {corpus.path} cannot be read")
+    for expected in ("10.jpg (images[0], imgid 10, train): empty (0 bytes)",
+                     "11.jpg (images[1], imgid 11, restval): missing",
+                     "12.jpg (images[2], imgid 12, val): does not decode (image file is truncated",
+                     "13.jpg (images[3], imgid 13, test): does not decode (cannot identify"):
+        assert expected in text
+    assert "copy the data set's images there again" in text and "\n" not in text

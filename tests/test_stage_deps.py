@@ -94,7 +94,8 @@ def committed(tmp_path_factory) -> Path:
         copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy2
         copy(ROOT / item, repo / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                           if copy is shutil.copytree else {}))
-    placeholders = ["data/world/raw/dataset.json", "data/world/prepared/summary.json",
+    placeholders = ["data/world/raw/dataset.json", "data/world/raw/images/000000.png",
+                    "data/world/prepared/summary.json",
                     "runs/image/val.npz", "runs/results.json", "runs/theory.json",
                     "runs/contamination.json", "reports/audit.json", "reports/audit.html",
                     "reports/audit.pdf"]

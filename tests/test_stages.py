@@ -37,7 +37,7 @@ def test_views_longer_than_the_captions_allow_stop_the_prepare_stage(tmp_path, m
     refuses before the image encoder or any text encoder trains."""
     path = make_world(tmp_path, monkeypatch, lambda r: r["world"]["train"].update(max_len=6))
     assert prepare.main(["--params", str(path), "--dataset", "data/world/raw/dataset.json",
-                         "--out", "data/world/prepared"]) == 2
+                         "--images", "data/world/raw/images", "--out", "data/world/prepared"]) == 2
     err = capsys.readouterr().err
     assert "dataset.json (training captions)" in err and "world.train.max_len" in err
     assert len(err.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ from .common import fail, preflight, stage_parser, weights_path
 def main(argv: list[str]) -> int:
     """Embed the val and test photos of --raw (dataset.json, images/) into --out/{val,test}.npz."""
     from prh import image
-    from prh.data import load_karpathy
+    from prh.data import check_splits, load_karpathy
 
     parser = stage_parser("image", main.__doc__)
     parser.add_argument("--raw", type=Path, required=True,
@@ -24,11 +24,14 @@ def main(argv: list[str]) -> int:
         params = preflight(args.params, args.raw)
         cfg = params.config(image.ImageConfig, "image")
         corpus = load_karpathy(args.raw / "dataset.json", min_captions=1)
+        check_splits(corpus)
         images = args.raw / "images"
         needed = ("train", "val", "test") if cfg.encoder == "world_cnn" else ("val", "test")
         image.check_images_exist([images / p.filename for s in needed for p in corpus.split(s)],
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
+        if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
+            model = image.build_dinov2(weights_path(params, args.raw), img_size=cfg.image_size)
     except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:
@@ -36,8 +39,6 @@ def main(argv: list[str]) -> int:
             paths = [images / p.filename for p in corpus.split("train")]
             # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
             model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
-        else:
-            model = image.build_dinov2(weights_path(params, args.raw), img_size=cfg.image_size)
         for split in ("val", "test"):
             photos = corpus.split(split)
             emb = image.embed_images(model, [images / p.filename for p in photos],

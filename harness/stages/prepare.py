@@ -34,21 +34,23 @@ def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Pat
 
 
 def main(argv: list[str]) -> int:
-    """Validate --dataset (Karpathy JSON) and write the tokenizer and a summary to --out."""
-    from prh.data import load_karpathy
+    """Validate --dataset (Karpathy JSON) and every photo it names in --images, compare it with
+    Karpathy's Flickr30k (flickr30k profile), and write the tokenizer and a summary to --out."""
+    from prh.data import check_image_files, check_splits, karpathy_warnings, load_karpathy
     from prh.tokenizer import train_tokenizer
 
     parser = stage_parser("prepare", main.__doc__)
     parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
+    parser.add_argument("--images", type=Path, required=True, help="folder of the photos")
     parser.add_argument("--out", type=Path, required=True, help="prepared-data folder")
     args = parser.parse_args(argv)
     try:
         params = preflight(args.params, args.dataset.parent)
         corpus = load_karpathy(args.dataset, min_captions=1)
+        check_splits(corpus)
+        n_files = check_image_files(corpus, args.images)
+        warnings = karpathy_warnings(corpus, n_files) if params.profile == "flickr30k" else []
         train = corpus.split("train")
-        if not train or not corpus.split("val") or not corpus.split("test"):
-            raise ContractError(f"{corpus.path}: needs photos in the train, val and test "
-                                "splits (Karpathy format)")
         tokenizer = train_tokenizer((c for p in train for c in p.captions),
                                     params.sections["data"]["vocab_size"])
         check_views_fit(params, train, tokenizer, corpus.path)
@@ -59,6 +61,8 @@ def main(argv: list[str]) -> int:
         write_json(tmp / "summary.json", {
             "dataset": corpus.name, "data_hash": data_hash(corpus.path),
             "splits": {s: len(corpus.split(s)) for s in ("train", "val", "test")},
-            "vocab_size": tokenizer.vocab_size})
+            "vocab_size": tokenizer.vocab_size, "warnings": warnings})
+    for line in warnings:
+        print(f"prepare: warning: {line}")
     print(f"prepare: {len(train)} training photos, vocabulary {tokenizer.vocab_size}")
     return 0
