@@ -5,6 +5,7 @@ lazily, so `harness --help` stays fast and each module owns its argument parsing
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -23,15 +24,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("harness.stages.report:main", "render the HTML and PDF report"),
     "diff": ("harness.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
 }
+EXAMPLES = """\
+examples:
+  harness run                                   # the whole pipeline on params.yaml's profile
+  harness run -- --dry                          # check params.yaml, show what dvc would run
+  harness run --fail-on differs,arithmetic      # a CI gate on the audit's verdicts
+  harness diff runs/align:good@0 runs/align:good@1          # two seeds of one arm
+  harness diff rev:HEAD~1 runs/align --fail-if 'r_at_1<-0.02'  # last commit against now
+  harness train --help                          # one stage's arguments (paths: dvc.yaml)
+"""
 
 
 def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | None) -> int:
-    """Run `commands[argv[0]]` with the remaining arguments; print usage on -h or no command."""
+    """Run `commands[argv[0]]` with the remaining arguments; print usage and examples on -h or
+    no command, the version on --version."""
     args = sys.argv[1:] if argv is None else argv
     rows = "\n".join(f"  {name:<14} {text}" for name, (_, text) in commands.items())
-    usage = f"usage: {prog} COMMAND [ARGS]\n\ncommands:\n{rows}\n"
+    usage = f"usage: {prog} [--version] COMMAND [ARGS]\n\ncommands:\n{rows}\n"
     if not args or args[0] in {"-h", "--help"}:
-        print(usage)
+        print(f"{usage}\n{EXAMPLES}")
+        return 0
+    if args[0] == "--version":
+        from prh import __version__
+
+        print(f"{prog} {__version__}")
         return 0
     if args[0] not in commands:
         print(f"{prog}: unknown command {args[0]!r}\n\n{usage}", file=sys.stderr)
@@ -42,7 +58,18 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("harness", COMMANDS, argv)
+    """`harness`: a reader that closes the pipe early (`harness --help | head`) ends it quietly,
+    as the Python docs' SIGPIPE note advises (stdout to devnull, exit 1), not with a traceback."""
+    try:
+        try:
+            code = dispatch("harness", COMMANDS, argv)
+        except SystemExit as e:  # argparse's --help and usage errors, flushed below
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,13 @@ A set of runs is one of
 - a git revision, `rev:HEAD~1[:FOLDER][:SELECT]` (FOLDER defaults to runs/align): the files at
   that revision, read through `dvc.api.DVCFileSystem`, so DVC-tracked outputs come from the
   DVC cache and git-tracked ones from git; the revision's `params.yaml` gives its params;
-- MLflow run ids, `mlflow:ID[,ID...]`: metrics, params and `env.*` tags from the tracking
-  store (MLFLOW_TRACKING_URI, else the repository's sqlite:///mlflow.db).
+- MLflow run ids, `mlflow:ID[,ID...]`: the `final.*` scores the align stage logs, params and
+  `env.*` tags from the tracking store (MLFLOW_TRACKING_URI, else the repository's
+  sqlite:///mlflow.db).
+
+Whatever the source, a run's metrics carry the run file's names (`r_at_1`, not `final.r_at_1`)
+and its params are harness.runparams.run_params (what the train stage logs), so one
+`--fail-if` works on every source and the params table lists the same keys.
 
 Output, per arm and metric: both sides' seed means and the delta B − A; where both sides hold
 per-query outcomes for the same test pairs (the `.npz` beside each run file, docs/contracts.md)
@@ -27,6 +32,7 @@ import operator
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +47,7 @@ from prh.io import ContractError
 from .params import flatten
 from .runfiles import RUN_FILE, check_run_file, run_name
 
+FINAL = "final."  # the align stage's MLflow prefix for the run file's scores
 PER_QUERY = {"r_at_1": "r_at_1_hit", "r_at_5": "r_at_5_hit", "mknn10": "mknn10"}
 PROVENANCE_KEYS = ("profile", "params_hash", "data_hash", "git_commit", "git_dirty")
 GATE = re.compile(r"^\s*(?:(?P<arm>[A-Za-z0-9_]+)\.)?(?P<metric>[A-Za-z0-9_]+)\s*"
@@ -73,7 +80,6 @@ class Run:
 class RunSet:
     spec: str
     runs: list[Run]
-    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,11 +200,28 @@ def load_files_set(spec: Spec, text: str) -> RunSet:
     chosen = [n for n in names if selected(spec, RUN_FILE.match(n))]
     if not chosen:
         raise DiffError(f"{text!r}: the selection matches none of {', '.join(names)}")
-    params: dict[str, Any] = {}
-    if spec.rev is not None:
-        raw = files.read("params.yaml")
-        params = flatten(yaml.safe_load(raw) or {}) if raw else {}
-    return RunSet(text, [run_from_file(files, spec.where, n) for n in chosen], params)
+    runs = [run_from_file(files, spec.where, n) for n in chosen]
+    raw = files.read("params.yaml")
+    for run in runs:
+        run.params = params_of(raw, run.arm, run.seed)
+    return RunSet(text, runs)
+
+
+def params_of(raw: bytes | None, arm: str, seed: int | None) -> dict[str, Any]:
+    """The run's params from its tree's params.yaml (run_params, as MLflow logs them); a file
+    that is not a valid params.yaml gives its own keys flattened, no file gives none."""
+    from .params import load_params
+    from .runparams import run_params
+
+    if raw is None:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "params.yaml"
+        path.write_bytes(raw)
+        try:
+            return run_params(load_params(path), arm, seed or 0)
+        except ContractError:
+            return {**flatten(yaml.safe_load(raw) or {}), "arm": arm, "seed": seed}
 
 
 def selected(spec: Spec, m: re.Match) -> bool:
@@ -225,12 +248,17 @@ def load_mlflow_set(spec: Spec, text: str) -> RunSet:
         arm = tags.get("arm", rid)
         seed = int(tags["seed"]) if tags.get("seed", "").isdigit() else None
         label = run_name(arm, seed) if seed is not None else rid
+        final = {k[len(FINAL):]: v for k, v in r.data.metrics.items()
+                 if k.startswith(FINAL) and not k.endswith((".ci_lo", ".ci_hi"))}
+        if not final:
+            raise DiffError(f"mlflow:{rid}: no {FINAL}* scores (its align stage logs them); "
+                            "run `dvc repro` so the run is scored, or diff its run files")
         runs.append(Run(label=label, arm=arm, seed=seed,
-                        source=f"mlflow:{rid}", metrics=dict(r.data.metrics),
+                        source=f"mlflow:{rid}", metrics=final,
                         provenance={k: tags.get(k) for k in PROVENANCE_KEYS},
                         environment={k[4:]: v for k, v in tags.items() if k.startswith("env.")},
                         params=dict(r.data.params)))
-    return RunSet(text, runs, merged(r.params for r in runs))
+    return RunSet(text, runs)
 
 
 def load_set(text: str) -> RunSet:
@@ -318,8 +346,8 @@ def diff_sets(a: RunSet, b: RunSet, *, paired: bool = True, n_resamples: int = 1
             "b": {"spec": b.spec, "runs": [r.label for r in b.runs],
                   "sources": [r.source for r in b.runs]},
             "level": level, "metrics": rows,
-            "params": differing(merged([a.params]), merged([b.params])) if a.params or b.params
-            else differing(merged([r.params for r in a.runs]), merged([r.params for r in b.runs])),
+            "params": differing(merged([r.params for r in a.runs]),
+                                merged([r.params for r in b.runs])),
             "provenance": differing(merged([r.provenance for r in a.runs]),
                                     merged([r.provenance for r in b.runs])),
             "environment": differing(merged([r.environment for r in a.runs]),
@@ -348,8 +376,8 @@ def apply_gates(result: dict[str, Any], gates: Sequence[str]) -> list[dict[str, 
                             f"{', '.join(have) or 'none'}")
         for r in rows:
             hit = OPS[m["op"]](r["delta"], float(m["value"]))
-            out.append({"gate": text.strip(), "arm": r["arm_a"], "metric": r["metric"],
-                        "delta": r["delta"], "failed": hit})
+            out.append({"gate": text.strip(), "arm_a": r["arm_a"], "arm_b": r["arm_b"],
+                        "metric": r["metric"], "delta": r["delta"], "failed": hit})
     return out
 
 
@@ -384,8 +412,9 @@ def to_markdown(result: Mapping[str, Any]) -> str:
             lines.append("none")
     if result.get("gates"):
         lines += ["", "## Gates", ""]
-        lines += [f"- `{g['gate']}` on {g['arm']}.{g['metric']}: delta {g['delta']:+.4f} -> "
-                  f"{'FAILED' if g['failed'] else 'passed'}" for g in result["gates"]]
+        lines += [f"- `{g['gate']}` checked on {g['metric']}, B {g['arm_b']} − A {g['arm_a']}: "
+                  f"delta {g['delta']:+.4f} -> {'FAILED' if g['failed'] else 'passed'}"
+                  for g in result["gates"]]
     return "\n".join(lines) + "\n"
 
 
@@ -393,15 +422,18 @@ def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="harness diff", description=__doc__.split("\n\n")[0],
                                  epilog="A and B: FOLDER[:ARM@SEEDS] | rev:REV[:FOLDER][:ARM@SEEDS]"
                                         " | mlflow:ID[,ID]")
-    ap.add_argument("a")
-    ap.add_argument("b")
+    ap.add_argument("a", help="the baseline runs (see the forms below)")
+    ap.add_argument("b", help="the runs compared with A (deltas are B - A)")
     ap.add_argument("--fail-if", action="append", default=[], metavar="[ARM.]METRIC<VALUE",
                     help="exit 1 when the delta B − A of METRIC satisfies the comparison")
-    ap.add_argument("--format", choices=("md", "json"), default="md")
+    ap.add_argument("--format", choices=("md", "json"), default="md",
+                    help="markdown tables (default) or one JSON document")
     ap.add_argument("--unpaired", action="store_true",
                     help="deltas only, no paired interval (when the test pairs differ)")
-    ap.add_argument("--n-resamples", type=int, default=10_000)
-    ap.add_argument("--level", type=float, default=0.95)
+    ap.add_argument("--n-resamples", type=int, default=10_000,
+                    help="bootstrap resamples of the paired interval (default: 10000)")
+    ap.add_argument("--level", type=float, default=0.95,
+                    help="the interval's level, a fraction (default: 0.95)")
     args = ap.parse_args(argv)
     try:
         result = diff_sets(load_set(args.a), load_set(args.b), paired=not args.unpaired,

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 EXPERIMENT = "prh-rerun"
+# MLflow 3's UI opens GenAI views for an experiment it cannot classify; this tag (the UI's
+# ExperimentKind for classic training) makes it show the experiment's training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def repo_root() -> Path:
@@ -49,11 +52,23 @@ def tracking_uri() -> str:
 def _experiment_id(mlflow: Any) -> str:
     found = mlflow.get_experiment_by_name(EXPERIMENT)
     if found is not None:
+        for key, value in EXPERIMENT_KIND.items():
+            if found.tags.get(key) != value:
+                mlflow.MlflowClient().set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
     location = None
     if tracking_uri().startswith("sqlite:"):
         location = (repo_root() / "mlruns").as_uri()
-    return mlflow.create_experiment(EXPERIMENT, artifact_location=location)
+    return mlflow.create_experiment(EXPERIMENT, artifact_location=location, tags=EXPERIMENT_KIND)
+
+
+def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
+    """The `mlflow ui` page of this project's training runs (None before the first run)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    found = mlflow.get_experiment_by_name(EXPERIMENT)
+    return None if found is None else f"{host}/#/experiments/{found.experiment_id}"
 
 
 @contextlib.contextmanager
@@ -73,6 +88,14 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iter
             mlflow.log_params({k: str(v)[:6000] for k, v in chunk.items()})
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
         yield run
+
+
+def log_artifacts(paths: list[Path]) -> None:
+    """Files of the active run (its resolved config, its curves) as MLflow artifacts."""
+    import mlflow
+
+    for path in paths:
+        mlflow.log_artifact(str(path))
 
 
 def log_epoch(metrics: dict[str, float], epoch: int) -> None:

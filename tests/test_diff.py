@@ -205,13 +205,15 @@ def test_diff_between_mlflow_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     for seed, (r1, torch) in enumerate(((0.20, "2.14.1"), (0.23, "2.15.0"))):
         with mlflow.start_run() as run:
             mlflow.log_params({"lamb": 0.02, "batch_size": 32 * (seed + 1)})
-            mlflow.log_metric("r_at_1", r1)
+            mlflow.log_metrics({"final.r_at_1": r1, "final.r_at_1.ci_lo": r1 - 0.1,
+                                "r_at_1_test": r1})  # a per-epoch curve, not a final score
             mlflow.set_tags({"arm": "good", "seed": seed, "env.torch": torch,
                              "params_hash": f"h{seed}"})
             ids.append(run.info.run_id)
     result = diff_sets(load_set(f"mlflow:{ids[0]}"), load_set(f"mlflow:{ids[1]}"))
     assert row(result, "r_at_1")["delta"] == pytest.approx(0.03)
     assert row(result, "r_at_1")["ci"] is None
+    assert [r["metric"] for r in result["metrics"]] == ["r_at_1"]
     assert result["params"] == [{"key": "batch_size", "a": "32", "b": "64"}]
     assert result["environment"] == [{"key": "torch", "a": "2.14.1", "b": "2.15.0"}]
     assert {"key": "params_hash", "a": "h0", "b": "h1"} in result["provenance"]
@@ -231,7 +233,56 @@ def test_markdown_escapes_pipes_and_lists_gates() -> None:
     result = {"a": {"spec": "A", "runs": ["good-s0"]}, "b": {"spec": "B", "runs": ["good-s1"]},
               "level": 0.95, "metrics": [], "params": [{"key": "k", "a": "1 | 2", "b": "3"}],
               "provenance": [], "environment": [],
-              "gates": [{"gate": "r_at_1<0", "arm": "good", "metric": "r_at_1", "delta": -0.1,
-                         "failed": True}]}
+              "gates": [{"gate": "good.r_at_1<0", "arm_a": "bad", "arm_b": "good",
+                         "metric": "r_at_1", "delta": -0.1, "failed": True}]}
     md = to_markdown(result)
-    assert "| k | 1 \\| 2 | 3 |" in md and "delta -0.1000 -> FAILED" in md
+    assert "| k | 1 \\| 2 | 3 |" in md
+    assert "`good.r_at_1<0` checked on r_at_1, B good − A bad: delta -0.1000 -> FAILED" in md
+
+
+def test_a_gate_names_the_arms_it_checked() -> None:
+    """bad against good: a gate on good.r_at_1 is the delta good − bad, reported as such."""
+    result = diff_sets(load_set(f"{ALIGN}:bad@0"), load_set(f"{ALIGN}:good@0"), n_resamples=200)
+    (gate,) = apply_gates(result, ["good.r_at_1<-1"])
+    assert (gate["arm_a"], gate["arm_b"]) == ("bad", "good")
+    assert gate["delta"] == pytest.approx(row(result, "r_at_1")["delta"])
+
+
+def test_folders_and_mlflow_give_the_same_params_and_metric_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Two seeds of one arm, read from their run files and from the MLflow runs the train and
+    align stages log (run_params, final.*): the same params table (seed 0 against 1), the same
+    metric names, and the same --fail-if works on both."""
+    import mlflow
+
+    from harness.params import load_params
+    from harness.runparams import run_params
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(ALIGN, tmp_path / "runs" / "align")
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("t")
+    params, ids = load_params("params.yaml"), []
+    for seed in (0, 1):
+        scores = json.loads((tmp_path / f"runs/align/good-s{seed}.json").read_text())["metrics"]
+        with mlflow.start_run() as run:
+            mlflow.log_params({k: str(v) for k, v in run_params(params, "good", seed).items()})
+            mlflow.log_metrics({f"final.{k}": v["value"] for k, v in scores.items()})
+            mlflow.set_tags({"arm": "good", "seed": seed})
+            ids.append(run.info.run_id)
+    files = diff_sets(load_set("runs/align:good@0"), load_set("runs/align:good@1"),
+                      paired=False)
+    tracked = diff_sets(load_set(f"mlflow:{ids[0]}"), load_set(f"mlflow:{ids[1]}"))
+    assert files["params"] == tracked["params"] == [{"key": "seed", "a": "0", "b": "1"}]
+    assert [r["metric"] for r in files["metrics"]] == [r["metric"] for r in tracked["metrics"]]
+    assert [r["delta"] for r in files["metrics"]] == pytest.approx(
+        [r["delta"] for r in tracked["metrics"]])
+    for a, b in (("runs/align:good@0", "runs/align:good@1"), (f"mlflow:{ids[0]}",
+                                                              f"mlflow:{ids[1]}")):
+        rc, out, _ = run_cli(capsys, a, b, "--fail-if", "r_at_1<-2", "--unpaired")
+        assert rc == 0 and "`r_at_1<-2` checked on r_at_1, B good − A good" in out

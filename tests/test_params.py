@@ -163,3 +163,25 @@ def test_ci_level_as_a_percentage_gets_the_one_rule_it_breaks(tmp_path):
         validate_params(load_params(path))
     assert "ci_level = 95.0: a level is a fraction in (0, 1), e.g. 0.95" in str(err.value)
     assert "n_resamples" not in str(err.value) and "mutual" not in str(err.value)
+
+
+def test_logged_params_are_the_ones_the_run_uses():
+    """MLflow's params (harness.runparams.run_params) against the config a train stage builds
+    and the views prh.train_config.view_config gives it: views.max_len is train.max_len (48 on
+    the world), never the ViewConfig default 64; the mask id is the tokenizer's."""
+    from dataclasses import replace
+
+    from harness.params import flatten
+    from harness.runparams import run_params
+    from prh.tokenizer import train_tokenizer
+    from prh.train_config import TrainConfig, view_config
+
+    params = load_params(ROOT / "params.yaml")
+    cfg = params.config(TrainConfig, "train", arm="bad", seed=1)
+    tok = train_tokenizer(["a red dog left of a cat", "two blue balls"] * 5, vocab_size=40)
+    used = flatten(replace(cfg, views=view_config(cfg, tok)))
+    logged = run_params(params, "bad", 1)
+    assert logged["train.views.max_len"] == 48 == cfg.max_len
+    assert {k: logged[f"train.{k}"] for k in used if k not in ("arm", "seed")} == {
+        k: v for k, v in used.items() if k not in ("arm", "seed")}
+    assert (logged["arm"], logged["seed"], logged["profile"]) == ("bad", 1, "world")

@@ -27,13 +27,14 @@ def load_per_query(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 def main(argv: list[str]) -> int:
     """Gather the run files of --align-dir for every arm and seed of params.yaml; write the
     per-arm and per-gap statistics to --out (the data hash from --prepared's summary)."""
-    from ..stats import aggregate_runs
-
     parser = stage_parser("aggregate", main.__doc__)
     parser.add_argument("--align-dir", type=Path, required=True, help="align stages' folder")
     parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
     args = parser.parse_args(argv)
+    # imported after parsing, so `harness aggregate --help` answers at once
+    from ..stats import aggregate_runs
+
     try:
         params = load_params(args.params)
         ev = params.eval_config()

@@ -40,10 +40,6 @@ def log_final(run_id: str, metrics: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     """Align the text embeddings of --text to the image embeddings of --image; write the scores
     to --out (JSON) and the per-pair outcomes to --per-query (.npz, beside it)."""
-    from prh.align import check_disjoint, check_scoring_sizes, load_split, score_alignment
-
-    from ..stats import bootstrap_ci
-
     parser = add_run_args(stage_parser("align", main.__doc__))
     parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
     parser.add_argument("--text", type=Path, required=True, help="this run's text folder")
@@ -51,6 +47,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--per-query", type=Path, required=True,
                         help="per-pair outcomes, ARM-sSEED.npz, beside --out")
     args = parser.parse_args(argv)
+    # imported after parsing, so `harness align --help` answers at once
+    from prh.align import check_disjoint, check_scoring_sizes, load_split, score_alignment
+
+    from ..stats import bootstrap_ci
+
     name = run_name(args.arm, args.seed)
     try:
         params = load_params(args.params)

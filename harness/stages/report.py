@@ -13,9 +13,6 @@ from .common import stage_parser
 
 def main(argv: list[str]) -> int:
     """Read the pipeline's files, write the report to --html and, with --pdf, print it."""
-    from ..render import render, write_pdf
-    from ..report import ReportPaths, build_context
-
     parser = stage_parser("report", main.__doc__)
     parser.add_argument("--results", type=Path, required=True, help="aggregate's results JSON")
     parser.add_argument("--runs-dir", type=Path, required=True, help="align stages' folder")
@@ -31,6 +28,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a section is absent or a run file mismatches (for CI)")
     args = parser.parse_args(argv)
+    # imported after parsing, so `harness report --help` answers at once
+    from ..render import render, write_pdf
+    from ..report import ReportPaths, build_context
+
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
                                     args.audit, args.params, args.provenance))
     for w in ctx["warnings"]:

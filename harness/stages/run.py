@@ -10,9 +10,7 @@ from pathlib import Path
 
 from prh.io import ContractError, read_json
 
-from ..audit import gate, parse_fail_on
 from ..params import load_params
-from ..validate import validate_params
 from .common import fail, preflight, stage_parser
 
 PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
@@ -28,6 +26,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fail-on", default="", help="exit 1 when the audit finds one of "
                         "these (as `harness audit --fail-on`), for CI gates")
     args = parser.parse_args(argv)
+    # imported after parsing, so `harness run --help` answers at once
+    from ..audit import gate, parse_fail_on
+    from ..validate import validate_params
+
     try:
         fail_on = parse_fail_on(args.fail_on)
         profile = load_params(args.params).profile
@@ -41,8 +43,11 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     code = subprocess.run(["dvc", "repro", *args.dvc_args], env=env).returncode
     if code == 0:
+        from ..tracking import ui_url
+
         print(f"\nprofile {params.profile}: reports/audit.html and reports/audit.pdf are ready; "
-              "`mlflow ui --backend-store-uri sqlite:///mlflow.db` shows the runs")
+              "`mlflow ui --backend-store-uri sqlite:///mlflow.db` serves the training runs at "
+              f"{ui_url() or 'http://127.0.0.1:5000'}")
     if code == 0 and fail_on:
         tripped = gate(read_json(AUDIT_OUT), fail_on)
         if tripped:

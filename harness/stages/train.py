@@ -53,6 +53,15 @@ def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any
 def main(argv: list[str]) -> int:
     """Train --arm for --seed on --dataset's train split (tokenizer from --prepared, per-epoch
     curves against --image), checkpointing under --work; write embeddings and run.json to --out."""
+    parser = add_run_args(stage_parser("train", main.__doc__))
+    parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
+    parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
+    parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
+    parser.add_argument("--work", type=Path, required=True,
+                        help="resumable checkpoints, outside DVC's outputs")
+    parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
+    args = parser.parse_args(argv)
+    # imported after parsing, so `harness train --help` answers at once
     from prh.data import load_karpathy
     from prh.encode_text import load_text_encoder
     from prh.losses import effective_sigreg_weight
@@ -62,16 +71,8 @@ def main(argv: list[str]) -> int:
 
     from .. import tracking
     from ..fingerprint import environment_fingerprint
-    from ..params import flatten
+    from ..runparams import run_params
 
-    parser = add_run_args(stage_parser("train", main.__doc__))
-    parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
-    parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
-    parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
-    parser.add_argument("--work", type=Path, required=True,
-                        help="resumable checkpoints, outside DVC's outputs")
-    parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
-    args = parser.parse_args(argv)
     try:
         params = preflight(args.params, args.dataset.parent)
         cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
@@ -97,7 +98,8 @@ def main(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
         return 0
-    with tracking.tracked_run(name, flatten(cfg), tags) as run:
+    logged = run_params(params, args.arm, args.seed)  # as used: views.max_len = max_len
+    with tracking.tracked_run(name, logged, tags) as run:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
                            eval_hook=make_eval_hook(args.image, fit, test),
                            on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch))
@@ -109,6 +111,7 @@ def main(argv: list[str]) -> int:
                                 meta={"arm": args.arm, "seed": args.seed})
             for item in ("checkpoint.pt", "curve.json", "config.json"):
                 shutil.copy2(work / item, tmp / item)
+            tracking.log_artifacts([work / "config.json", work / "curve.json"])
             write_json(tmp / "run.json", {"arm": args.arm, "seed": args.seed,
                                           "profile": params.profile,
                                           "mlflow_run_id": run.info.run_id,

@@ -15,15 +15,16 @@ from .common import fail, preflight, stage_parser
 def main(argv: list[str]) -> int:
     """Check params.yaml and the profile's inputs (--inputs), then write the generated world
     (dataset.json, images/, world.json) to --out."""
-    from prh.world import WorldConfig, write_world
-
-    from ..validate import validate_params
-
     parser = stage_parser("world", main.__doc__)
     parser.add_argument("--inputs", type=Path, required=True,
                         help="the profile's raw data folder to check (data/PROFILE/raw)")
     parser.add_argument("--out", type=Path, required=True, help="folder of the generated world")
     args = parser.parse_args(argv)
+    # imported after parsing, so `harness world --help` answers at once
+    from prh.world import WorldConfig, write_world
+
+    from ..validate import validate_params
+
     try:
         params = preflight(args.params, args.inputs)
         validate_params(params)  # the first stage: every config, before any work
