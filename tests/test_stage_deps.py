@@ -98,11 +98,13 @@ def committed(tmp_path_factory) -> Path:
                     "data/world/prepared/summary.json",
                     "runs/image/val.npz", "runs/results.json", "runs/theory.json",
                     "runs/contamination.json", "reports/audit.json", "reports/audit.html",
-                    "reports/audit.pdf"]
+                    "reports/audit.pdf", "runs/metrics/aggregate.json"]
     for m in MATRIX:
         arm, seed = m.split("-")
         placeholders += [f"runs/text/{arm}-s{seed}/run.json", f"runs/align/{arm}-s{seed}.json",
-                         f"runs/align/{arm}-s{seed}.npz"]
+                         f"runs/align/{arm}-s{seed}.npz", f"runs/metrics/{arm}-s{seed}.json",
+                         f"runs/plots/{arm}-s{seed}/epochs.json",
+                         f"runs/plots/{arm}-s{seed}/fit_size.json"]
     for rel in placeholders:
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("{}\n")

@@ -31,8 +31,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--align-dir", type=Path, required=True, help="align stages' folder")
     parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
+    parser.add_argument("--metrics", type=Path, default=None,
+                        help="seed means and gaps as a small flat JSON for `dvc metrics show`")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness aggregate --help` answers at once
+    from ..flat import aggregate_metrics
     from ..stats import aggregate_runs
 
     try:
@@ -62,6 +65,8 @@ def main(argv: list[str]) -> int:
         "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)), **stats,
         "runs": [str(args.align_dir / f"{run_name(a, s)}.json")
                  for a, s in itertools.product(params.arms, params.seeds)]})
+    if args.metrics is not None:
+        write_json(args.metrics, aggregate_metrics(stats))
     for arm in params.arms:
         r1 = stats["arms"][arm]["metrics"]["r_at_1"]
         print(f"aggregate: {arm:<4} R@1 mean {r1['mean']:.3f} over seeds {list(params.seeds)}, "

@@ -46,10 +46,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="scores, ARM-sSEED.json")
     parser.add_argument("--per-query", type=Path, required=True,
                         help="per-pair outcomes, ARM-sSEED.npz, beside --out")
+    parser.add_argument("--metrics", type=Path, default=None,
+                        help="the scores as a small flat JSON for `dvc metrics show`")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="folder for the epoch and fit-size curves as `dvc plots` files")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness align --help` answers at once
     from prh.align import check_disjoint, check_scoring_sizes, load_split, score_alignment
 
+    from ..flat import curve_rows, run_metrics
     from ..stats import bootstrap_ci
 
     name = run_name(args.arm, args.seed)
@@ -95,6 +100,13 @@ def main(argv: list[str]) -> int:
         "curve": read_json(args.text / "curve.json"),
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
         "per_query": out_npz.name})
+    if args.metrics is not None:
+        write_json(args.metrics, run_metrics(metrics))
+    if args.plots is not None:
+        write_json(args.plots / "epochs.json", curve_rows(
+            read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit", "loss")))
+        write_json(args.plots / "fit_size.json",
+                   curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
     log_final(run["mlflow_run_id"], metrics)
     r1 = metrics["r_at_1"]
     print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
