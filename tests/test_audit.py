@@ -199,6 +199,8 @@ def test_results_without_two_level_fall_back_and_say_so() -> None:
     results = {**RESULTS, "arms": {**RESULTS["arms"], "good": {"metrics": {"r_at_1": plain},
                                                                "controls": chance(0.001)}}}
     good = rows(run_small(results=results))["good_r1"]
+    assert good["verdict"] == "inconclusive (underpowered)"  # equivalent, but from one seed
+    assert "equivalent over test pairs only" in good["reason"]
     assert "training variance not estimated" in good["reason"]
     assert "no two-level entry" in good["evidence"]["method"]
 
@@ -280,7 +282,7 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
     from harness.params import load_params
     from harness.stages.audit import main
 
-    params = load_params(REPO / "params.yaml", validate=False)
+    params = load_params(REPO / "params.yaml")
     results = {**RESULTS, "profile": params.profile, "params_hash": params.hash,
                "n_test": 300}
     (tmp_path / "results.json").write_text(json.dumps(results))
@@ -310,7 +312,9 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
 def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture) -> None:
     import subprocess
+    from types import SimpleNamespace
 
+    from harness import tracking, validate
     from harness.params import load_params
     from harness.stages import run
 
@@ -321,8 +325,10 @@ def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: py
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(run, "preflight", lambda *a: load_params(params, validate=False))
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(run, "preflight", lambda *a: load_params(params))
+    monkeypatch.setattr(run, "subprocess", SimpleNamespace(run=fake_run))
+    monkeypatch.setattr(validate, "validate_params", lambda p: None)
+    monkeypatch.setattr(tracking, "ui_url", lambda: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".dvc").mkdir()
     (tmp_path / "reports").mkdir()

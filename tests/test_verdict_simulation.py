@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from harness.audit import ALPHA, decide
 from harness.stats import two_level_mean
@@ -34,23 +33,35 @@ def hits(rng: np.random.Generator, mu: float, seeds: int) -> np.ndarray:
 
 
 def rates(seeds: int) -> dict[str, float]:
+    """Verdict rates over REPS draws; "equivalent" counts the equivalence test alone (what
+    "reproduced" would be without its 3-seed requirement)."""
     rng = np.random.default_rng(2026 + seeds)
-    false_differs = false_reproduced = power = 0
+    n = {"false differs": 0, "false reproduced": 0, "false equivalent": 0, "power": 0}
     for r in range(REPS):
         same = two_level_mean(hits(rng, MU, seeds), n_resamples=RESAMPLES, seed=r)
         claim = hits(rng, MU, 3).mean()  # the paper's own 3-seed mean, from the same truth
-        false_differs += decide(same, claim, MARGIN, 3)[0] == "differs"
-        power += decide(same, MU, MARGIN, 3)[0] == "reproduced"
+        n["false differs"] += decide(same, claim, MARGIN, 3)[0] == "differs"
+        n["power"] += decide(same, MU, MARGIN, 3)[0] == "reproduced"
         off = two_level_mean(hits(rng, MU + MARGIN, seeds), n_resamples=RESAMPLES, seed=r)
-        false_reproduced += decide(off, MU, MARGIN, 3)[0] == "reproduced"
-    return {"false differs": false_differs / REPS, "false reproduced": false_reproduced / REPS,
-            "power": power / REPS}
+        verdict, reason, _ = decide(off, MU, MARGIN, 3)
+        n["false reproduced"] += verdict == "reproduced"
+        n["false equivalent"] += verdict == "reproduced" or "equivalent over test pairs" in reason
+    return {k: v / REPS for k, v in n.items()}
 
 
-@pytest.mark.parametrize("seeds", [3, 1])
-def test_error_rates_stay_within_nominal_level(seeds: int) -> None:
-    got = rates(seeds)
-    print(f"{seeds} seed(s): {got}")  # the closing note quotes these
+def test_error_rates_stay_within_nominal_level_from_three_seeds() -> None:
+    got = rates(3)
+    print(f"3 seeds: {got}")  # the closing note quotes these
     assert got["false differs"] <= LIMIT
     assert got["false reproduced"] <= LIMIT
     assert got["power"] >= 0.5
+
+
+def test_one_seed_never_reproduces_and_never_over_alarms() -> None:
+    got = rates(1)
+    print(f"1 seed: {got}")
+    # with the seed effect left out, equivalence alone would be claimed too often (about 6.6%
+    # here, against 5%): so "reproduced" needs 3 seeds, and one seed gives none at all
+    assert got["false reproduced"] == 0 and got["power"] == 0
+    assert got["false equivalent"] > 0.05
+    assert got["false differs"] <= LIMIT
