@@ -1,0 +1,234 @@
+"""The Flickr30k path on a miniature Flickr30k (tests/flickr_mini.py): the stages that read the
+user's data refuse each kind of bad input with one error line naming the file, the record and
+the fix, before any training and with nothing left behind; then the real `harness run` (dvc
+repro) on the flickr30k profile, with only sizes overridden, ends at the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from flickr_mini import build, dinov2_state
+
+from harness.stages import contamination, image, prepare
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RAW = Path("data/flickr30k/raw")
+WEIGHTS = RAW / "weights" / "dinov2_vitb14.pth"
+COPY = ["prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
+        ".dvc/.gitignore", ".gitignore"]
+
+
+def mini_params(raw: dict) -> dict:
+    """params.yaml's flickr30k profile with only sizes cut: epochs, batch, fit sizes, bootstrap
+    resamples, theory grid. BERT-S (12 layers, width 384), max_len 64, the 30,522 vocabulary
+    bound, DINOv2 ViT-B/14 at 224 px and every method setting stay."""
+    raw["profile"] = "flickr30k"
+    f = raw["flickr30k"]
+    f["train"].update(epochs=1, warmup_epochs=0, batch_size=8, eval_every=1)
+    f["eval"].update(n_resamples=200, fit_sizes=[4, 8, 12])
+    f["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def timm_weights(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("weights") / "dinov2_vitb14.pth"
+    torch.save(dinov2_state("timm"), path)
+    return path
+
+
+def user_folder(root: Path, weights: Path) -> Path:
+    """A working folder as a user has it: params.yaml on flickr30k, the raw data in place."""
+    build(root / RAW, n_train=32, n_val=12, n_test=12)
+    (root / WEIGHTS).parent.mkdir(parents=True)
+    os.link(weights, root / WEIGHTS)
+    (root / "params.yaml").write_text(yaml.safe_dump(
+        mini_params(yaml.safe_load((ROOT / "params.yaml").read_text())), sort_keys=False))
+    return root
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch, timm_weights) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return user_folder(tmp_path, timm_weights)
+
+
+def run_prepare() -> int:
+    return prepare.main(["--params", "params.yaml", "--dataset", str(RAW / "dataset.json"),
+                         "--images", str(RAW / "images"), "--out", "data/flickr30k/prepared"])
+
+
+def run_image() -> int:
+    return image.main(["--params", "params.yaml", "--raw", str(RAW), "--out", "runs/image"])
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_the_miniature_passes_with_its_differences_from_karpathy_as_warnings(user, capsys):
+    assert run_prepare() == 0
+    summary = json.loads((user / "data/flickr30k/prepared/summary.json").read_text())
+    assert summary["splits"] == {"train": 32, "val": 12, "test": 12}
+    assert len(summary["warnings"]) == 4
+    assert "12 test photos, Karpathy's Flickr30k has 1,000" in summary["warnings"][2]
+    assert "56 files, flickr30k-images has 31,783" in summary["warnings"][3]
+    assert capsys.readouterr().out.count("prepare: warning: ") == 4
+
+
+def edit_dataset(root: Path, edit) -> dict:
+    path = root / RAW / "dataset.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    return doc
+
+
+def first(doc: dict, split: str) -> tuple[int, dict]:
+    return next((i, im) for i, im in enumerate(doc["images"]) if im["split"] == split)
+
+
+def break_jpeg(root: Path, split: str, how: str) -> str:
+    doc = json.loads((root / RAW / "dataset.json").read_text())
+    i, im = first(doc, split)
+    path = root / RAW / "images" / im["filename"]
+    if how == "missing":
+        path.unlink()
+    elif how == "empty (0 bytes)":
+        path.write_bytes(b"")
+    else:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return f"{im['filename']} (images[{i}], imgid {im['imgid']}, {split}): {how}"
+
+
+@pytest.mark.parametrize("split,how", [("train", "does not decode"), ("val", "missing"),
+                                       ("test", "empty (0 bytes)")])
+def test_a_photo_that_cannot_be_read_stops_prepare_naming_file_and_record(user, capsys, split,
+                                                                         how):
+    expected = break_jpeg(user, split, how)
+    assert run_prepare() == 2
+    err = one_error(capsys)
+    assert expected in err and str(RAW / "dataset.json") in err
+    assert "copy the data set's images there again" in err
+    assert not (user / "data/flickr30k/prepared").exists()
+
+
+def test_two_photos_with_one_file_name_and_splits_that_are_not_karpathys(user, capsys):
+    def share(doc):
+        doc["images"][5]["filename"] = doc["images"][2]["filename"]
+
+    doc = edit_dataset(user, share)
+    assert run_prepare() == 2
+    err = one_error(capsys)
+    assert (f"images[5] (imgid 5) names the file '{doc['images'][2]['filename']}' of "
+            "images[2]") in err
+    build(user / RAW, n_train=32, n_val=12, n_test=12)     # restore the file names
+    edit_dataset(user, lambda d: [im.update(split="val") for im in d["images"]
+                                  if im["split"] == "test"])
+    for stage in (run_prepare, run_image, lambda: contamination.main([
+            "--params", "params.yaml", "--dataset", str(RAW / "dataset.json"),
+            "--image-dir", str(RAW / "images"), "--out", "runs/contamination.json"])):
+        assert stage() == 2
+        err = one_error(capsys)
+        assert "no photos in split(s) ['test']" in err and "Karpathy split file" in err
+    assert not (user / "runs").exists() and not (user / "data/flickr30k/prepared").exists()
+
+
+def save_weights(root: Path, state: dict) -> None:
+    (root / WEIGHTS).unlink()
+    torch.save({k: v.half() for k, v in state.items()}, root / WEIGHTS)
+
+
+def test_meta_layout_weights_load_with_the_position_table_resampled_to_224(tmp_path):
+    from prh.image import build_dinov2
+
+    state = dinov2_state("meta")
+    assert state["pos_embed"].shape == (1, 1 + 37 * 37, 768) and "mask_token" in state
+    torch.save(state, tmp_path / "dinov2_vitb14_pretrain.pth")
+    model = build_dinov2(tmp_path / "dinov2_vitb14_pretrain.pth", img_size=224)
+    assert model.pos_embed.shape == (1, 1 + 16 * 16, 768)
+    torch.testing.assert_close(model.blocks[3].attn.qkv.weight, state["blocks.3.attn.qkv.weight"])
+
+
+def vit_s(_state):
+    return dinov2_state("timm", "vit_small_patch14_dinov2.lvd142m")
+
+
+def missing_block(state):
+    return {k: v for k, v in state.items() if not k.startswith("blocks.11.")}
+
+
+def world_cnn(_state):
+    from prh.image import ImageConfig, WorldCNN
+    return WorldCNN(ImageConfig()).state_dict()
+
+
+@pytest.mark.parametrize("make,message", [
+    (vit_s, "holds ViT-S/14 weights (cls_token width 384), the image encoder is DINOv2 "
+            "ViT-B/14 (width 768)"),
+    (missing_block, "not a DINOv2 ViT-B/14 state dict: missing keys ['blocks.11.norm1.weight'"),
+    (world_cnn, "not a DINOv2 ViT-B/14 state dict: missing keys ['cls_token'"),
+])
+def test_weights_of_another_model_stop_the_image_stage(user, capsys, timm_weights, make,
+                                                       message):
+    save_weights(user, make(torch.load(timm_weights, weights_only=True)))
+    assert run_image() == 2
+    err = one_error(capsys)
+    assert str(WEIGHTS) in err and message in err and "dvc add" in err
+    assert not (user / "runs").exists()
+
+
+def sh(cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, (f"{' '.join(cmd)} failed ({out.returncode}):\n"
+                                 f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+    return out
+
+
+def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_weights):
+    """From a clean checkout: the user's data and timm-layout weights, `harness run`."""
+    repo = tmp_path / "clone"
+    for item in COPY:
+        src, dst = ROOT / item, repo / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(
+            src, dst, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                         if src.is_dir() else {}))
+    user_folder(repo, timm_weights)
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "clone with the user's params")
+    start = time.perf_counter()
+    out = sh(repo, "harness", "run")
+    print(f"harness run on the miniature Flickr30k: {time.perf_counter() - start:.0f} s")
+    assert "Running stage 'report'" in out.stdout
+    summary = json.loads((repo / "data/flickr30k/prepared/summary.json").read_text())
+    assert len(summary["warnings"]) == 4
+    cfg = json.loads((repo / "runs/text/good-s0/config.json").read_text())
+    assert "384" in json.dumps(cfg) and "12" in json.dumps(cfg)
+    results = json.loads((repo / "runs/results.json").read_text())
+    assert results["n_test"] == 12
+    with sqlite3.connect(repo / "mlflow.db") as db:
+        rows = db.execute("select name, status from runs").fetchall()
+    assert sorted(rows) == sorted((f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp")
+                                  for s in (0, 1))
+    assert (repo / "reports/audit.html").stat().st_size > 1000
+    assert (repo / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"
