@@ -145,11 +145,36 @@ def render(context: Mapping, templates: Path | None = None) -> str:
     return template.render(**context, font_css=Markup(font_css(draft)))
 
 
-def write_pdf(html: str, path: str | os.PathLike[str]) -> None:
-    """Print `html` with WeasyPrint, atomically. Same HTML -> same bytes: the date comes only
-    from the HTML's `dcterms.created` (set from SOURCE_DATE_EPOCH) and the PDF identifier is a
-    hash of the HTML (WeasyPrint issue #1553)."""
+def write_pdf(html: str, path: str | os.PathLike[str]) -> list[str]:
+    """Print `html` with WeasyPrint, atomically, and return what runs off a page (`off_page`).
+    Same HTML -> same bytes: the date comes only from the HTML's `dcterms.created` (set from
+    SOURCE_DATE_EPOCH) and the PDF identifier is a hash of the HTML (WeasyPrint issue #1553)."""
     from weasyprint import HTML  # slow import; only the PDF needs it
 
     ident = hashlib.sha256(html.encode("utf-8")).hexdigest()[:32].encode()
-    write_bytes(path, HTML(string=html, base_url=None).write_pdf(pdf_identifier=ident))
+    document = HTML(string=html, base_url=None).render()
+    write_bytes(path, document.write_pdf(pdf_identifier=ident))
+    return off_page(document)
+
+
+def off_page(document: Any, slack: float = 1.0) -> list[str]:
+    """Every laid-out text line or table of a WeasyPrint document whose right edge passes the
+    page's right margin by more than `slack` CSS px, as 'page N: TEXT (X px past the margin)'."""
+    def boxes(box: Any) -> Any:
+        yield box
+        for child in getattr(box, "children", None) or []:
+            yield from boxes(child)
+
+    found = []
+    for number, page in enumerate(document.pages, 1):
+        page_box = page._page_box
+        right = page_box.margin_width() - page_box.margin_right
+        for box in boxes(page_box):
+            if type(box).__name__ not in ("LineBox", "TableBox"):
+                continue
+            past = box.position_x + box.margin_width() - right
+            if past > slack:
+                text = " ".join(getattr(b, "text", "") for b in boxes(box)).split()
+                found.append(f"page {number}: {' '.join(text)[:60]!r} ({past:.0f} px past the "
+                             "margin)")
+    return found

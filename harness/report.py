@@ -28,9 +28,11 @@ import yaml
 from markupsafe import Markup
 
 from harness import plots
+from harness.checklist import checklist
 from harness.contamination import clean_mask, rescore
 from harness.render import brief, rows_and_tables, source_date, table_of
 from harness.runfiles import RUN_FILE, RUN_SCHEMA, check_run_file, run_name
+from harness.summary import audit_table, first_page
 from prh.io import ContractError, file_sha256, read_json
 
 STAGES = {
@@ -47,8 +49,6 @@ RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shu
                "chance_r_at_1")
 ENV_KEYS = ("hash", "python", "torch", "cuda", "cudnn", "gpu", "driver", "image_digest")
 CLEAN_OUTCOMES = ("r_at_1_hit", "mknn10")
-MATCHED = {"reproduced", "arithmetic holds"}
-NOT_MATCHED = {"differs", "arithmetic fails"}
 
 
 @dataclass(frozen=True)
@@ -247,16 +247,6 @@ def load_provenance(paths: ReportPaths) -> tuple[list | None, dict | None]:
                             f"the provenance table cannot be built ({e!r})")
 
 
-def section_claims(audit: Mapping) -> dict:
-    groups: dict[str, list[dict]] = {}
-    for c in audit.get("claims", []):
-        groups.setdefault(c.get("kind") or "unspecified", []).append(
-            {**c, "evidence": brief(c.get("evidence") or {})})
-    return {"groups": dict(sorted(groups.items())),
-            "arithmetic": table_of(audit.get("arithmetic", [])),
-            "summary": dict(sorted(audit.get("summary", {}).items()))}
-
-
 def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] | None:
     """Each run's mean per-query outcome on all test rows and on the clean rows (the ids
     contamination.json lists in `clean_ids.test`): full-against-clean rescoring, as GPT-3's
@@ -353,7 +343,7 @@ def build_context(paths: ReportPaths) -> dict:
             "hyper": hyperparameters(params, provenance), "params_absent": no_params,
             "provenance_absent": no_provenance},
         "claims": {"absent": no_audit, "theory_absent": no_theory,
-                   **(section_claims(audit) if audit else {}),
+                   **(audit_table(audit, brief) if audit else {}),
                    "theory": section_flat(theory) if theory is not None else None},
         "contamination": {"absent": no_contamination,
                           **(section_flat(contamination) if contamination is not None else {}),
@@ -361,9 +351,11 @@ def build_context(paths: ReportPaths) -> dict:
         "provenance": {"absent": no_results if not runs else None,
                        **section_provenance(results, runs, inputs)},
     }
+    profile = (results or {}).get("profile") or (params or {}).get("profile")
     return {"title": "Proving and Improving the Platonic Representation Hypothesis with JEPAs: "
                      "rerun and audit",
-            "profile": (results or {}).get("profile") or (params or {}).get("profile"),
+            "profile": profile, "first_page": first_page(audit, results, profile),
+            "checklist": checklist(results, runs, params, provenance),
             "created": source_date(),
             "summary": summary(results, audit, runs, sections),
             "warnings": hash_warnings(results, runs, paths.runs_dir),
@@ -372,14 +364,12 @@ def build_context(paths: ReportPaths) -> dict:
 
 def summary(results: Mapping | None, audit: Mapping | None, runs: Sequence[Mapping],
             sections: Mapping) -> dict:
-    claims = (audit or {}).get("claims", [])
+    """What the first page says about the run itself: arms and seeds, test pairs, run files,
+    and the sections whose input is absent."""
     return {
         "arms": {arm: b.get("seeds", []) for arm, b in (results or {}).get("arms", {}).items()},
         "n_test": (results or {}).get("n_test"),
         "n_runs": len(runs),
-        "verdicts": dict(sorted((audit or {}).get("summary", {}).items())),
-        "matched": [c for c in claims if c.get("verdict") in MATCHED],
-        "not_matched": [c for c in claims if c.get("verdict") in NOT_MATCHED],
         "absent": [{"section": name, **s["absent"]} for name, s in sections.items()
                    if s.get("absent")],
         "results_absent": results is None, "audit_absent": audit is None,

@@ -131,9 +131,10 @@ def test_clean_subset_scores_by_hand(cells: dict[str, str]) -> None:
         assert cells[f"clean.{name}.r_at_1_hit.clean"] == f"{hit[keep].mean():.3f}"
 
 
-def test_caption_with_script_is_escaped_and_report_has_no_script(html: str) -> None:
+def test_caption_with_script_is_escaped_and_the_only_script_is_the_filter(html: str) -> None:
     assert "a red ball &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; on the grass" in html
-    assert "<script" not in html.lower()
+    assert html.lower().count("<script") == 1  # the audit's verdict filter, inline
+    assert "<script>\n/* The audit's verdict filter" in html
     assert "two blue cubes &amp; a green cone" in html
 
 
@@ -216,7 +217,7 @@ def test_cli_writes_html(tmp_path: Path) -> None:
               str(FIX / "contamination.json"), "--audit", str(FIX / "audit.json"),
               "--params", str(FIX / "params.yaml"), "--provenance", str(FIX / "provenance.json"),
               "--html", str(out)])
-    assert rc == 0 and "<h2>8. Provenance</h2>" in out.read_text()
+    assert rc == 0 and "<h2>Provenance</h2>" in out.read_text()
     none = [str(tmp_path / f"none.{ext}") for ext in ("json", "yaml")]
     assert report_main(["--results", none[0], "--runs-dir", str(tmp_path), "--theory", none[0],
                         "--contamination", none[0], "--audit", none[0], "--params", none[1],

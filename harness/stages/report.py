@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from prh.io import write_text
+from prh.io import write_json, write_text
 
 from .common import stage_parser
 
@@ -25,8 +25,11 @@ def main(argv: list[str]) -> int:
                              "built from --params by harness.provenance)")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
+    parser.add_argument("--checklist", type=Path, default=None,
+                        help="the reproducibility checklist as JSON (prh.checklist/1)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 when a section is absent or a run file mismatches (for CI)")
+                        help="exit 1 when a section is absent, a run file mismatches or the "
+                             "PDF runs off a page (for CI)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness report --help` answers at once
     from ..render import render, write_pdf
@@ -41,6 +44,9 @@ def main(argv: list[str]) -> int:
               f"written by {a['stage']}", file=sys.stderr)
     html = render(ctx)
     write_text(args.html, html)
-    if args.pdf is not None:
-        write_pdf(html, args.pdf)
-    return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"]) else 0
+    off = write_pdf(html, args.pdf) if args.pdf is not None else []
+    for line in off:
+        print(f"harness report: warning: {args.pdf} {line}", file=sys.stderr)
+    if args.checklist is not None:
+        write_json(args.checklist, ctx["checklist"])
+    return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"] or off) else 0

@@ -1,0 +1,161 @@
+"""The report's first page (harness.summary), its audit table, the reproducibility checklist
+(harness.checklist) and the PDF's fit to its pages, on the fixture pipeline outputs with a real
+audit (harness.audit over the registry)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.audit import Context, at_chance, audit
+from harness.checklist import checklist
+from harness.claims import load_registry
+from harness.render import brief, render, write_pdf
+from harness.report import ReportPaths, build_context
+from harness.stages.report import main as report_main
+from harness.summary import HEADLINES, Headline, audit_table, first_page, headline_rows
+
+FIX = Path(__file__).parent / "fixtures" / "pipeline"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str) -> dict:
+    return json.loads((FIX / name).read_text())
+
+
+def real_audit(results: dict, profile: str = "world") -> dict:
+    reg = load_registry(ROOT / "harness" / "claims.yaml")
+    return audit(reg, Context(reg.claims, profile, results, load("theory.json")))
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict:
+    return real_audit(load("results.json"))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, doc: dict) -> Path:
+    """The fixture outputs with the real audit in place of the hand-made one."""
+    root = tmp_path_factory.mktemp("pipe")
+    shutil.copytree(FIX, root, dirs_exist_ok=True)
+    (root / "audit.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_headlines_name_registry_claims():
+    ids = {c for c in load_registry(ROOT / "harness" / "claims.yaml").claims}
+    assert all(i in ids for h in HEADLINES for i in h.ids)
+
+
+def test_world_banner_and_verdicts_qualified_by_the_data(doc: dict):
+    results = load("results.json")
+    page = first_page(doc, results, "world")
+    assert "generated world" in page["banner"] and "not Flickr30k" in page["banner"]
+    rows = {r["ids"][0]: r for r in page["headlines"]}
+    gap = next(g for g in results["gaps"] if (g["a"], g["b"]) == ("good", "bad"))
+    good_bad = rows["paper_order_good_bad_r1"]
+    assert good_bad["rerun"]["value"] == f"{gap['diff']:+.3f}" == "+0.117"
+    assert good_bad["paper"] == ".246 vs .133"
+    assert good_bad["said"] == "the pattern does not show on the generated world"
+    flickr = rows["paper_good_r1"]
+    assert flickr["said"] == ("not comparable: measured on the generated world, the claim is "
+                              "about Flickr30k")
+    mean = results["arms"]["good"]["metrics"]["r_at_1"]["mean"]
+    assert flickr["rerun"]["value"] == f"{mean:.3f}" and "3 seed(s)" in flickr["rerun"]["what"]
+    assert first_page(doc, results, "flickr30k")["banner"] is None
+
+
+def test_an_arm_at_chance_is_flagged_in_its_headline_and_in_words():
+    results = copy.deepcopy(load("results.json"))
+    ntp = results["arms"]["ntp"]
+    ntp["controls"] = {"chance_r_at_1": {"mean": 0.25}}  # inside ntp's interval [.2, .4]
+    doc = real_audit(results)
+    assert at_chance(results) == doc["at_chance"] and "ntp" in doc["at_chance"]
+    page = first_page(doc, results, "world")
+    row = next(r for r in page["headlines"] if r["ids"] == ["paper_order_good_ntp_r1"])
+    assert row["chance"] == ["ntp at chance on r_at_1"]
+    assert page["chance"] == ["The ntp arm is at chance on r_at_1: its interval [0.200, 0.400] "
+                              "reaches the chance level 0.2500, so its orderings against other "
+                              "arms say nothing."]
+    assert first_page(real_audit(load("results.json")), results, "world")["chance"] == []
+
+
+def test_arithmetic_findings_are_sentences_with_numbers_worst_first(doc: dict):
+    findings = first_page(doc, None, "world")["arithmetic"]
+    statuses = [f["status"] for f in findings]
+    assert statuses == sorted(statuses, key=("fails", "ambiguous",
+                                             "holds within input rounding").index)
+    assert statuses.count("fails") == doc["summary"]["relation fails"] + doc["summary"][
+        "check fails"]
+    sentence = next(f["sentence"] for f in findings
+                    if f["id"] == "ci_50m_good_ntp_is_difference")
+    assert "0.125 - 0.079 = 0.046" in sentence and "printed +0.050" in sentence
+
+
+def test_a_headline_whose_claim_left_the_registry_says_so(doc: dict):
+    (row,) = headline_rows(doc, None, [Headline("gone", ("no_such_claim",))])
+    assert row["verdict"] is None and "not in this audit" in row["said"]
+
+
+def test_audit_table_puts_findings_before_what_was_not_rerun(doc: dict):
+    table = audit_table(doc, brief)
+    verdicts = [r["verdict"] for r in table["rows"]]
+    assert verdicts.index("not rerun") > max(i for i, v in enumerate(verdicts)
+                                             if v.startswith("pattern"))
+    assert verdicts[-1] == "not rerun" and verdicts[0].startswith("pattern")
+    assert sum(map(len, table["by_id"].values())) == (doc["summary"]["not rerun"]
+                                                      + doc["summary"]["arithmetic holds"])
+    assert [c["status"] for c in table["checks"]][0] == "fails"
+
+
+def test_checklist_answers_from_the_run_files():
+    results = load("results.json")
+    runs = [json.loads(p.read_text()) for p in sorted((FIX / "align").glob("*.json"))]
+    items = {i["item"]: i for i in checklist(results, runs, {"profile": "world"},
+                                             load("provenance.json"))["items"]}
+    assert items["seeds"]["answer"] == "partial"  # bad and ntp have 2 seeds
+    assert "good: seeds 0, 1, 2" in items["seeds"]["evidence"]
+    assert items["error_bars"]["answer"] == "yes"
+    assert "40 test pairs, 1000 resamples" in items["error_bars"]["evidence"][0]
+    assert items["compute"]["answer"] == "partial"
+    assert "torch: 2.14.1" in items["compute"]["evidence"]
+    assert "1 assumed" in items["hyperparameters"]["evidence"][0]
+    empty = {i["item"]: i["answer"] for i in checklist(None, [], None, None)["items"]}
+    assert empty == {"seeds": "no", "error_bars": "no", "compute": "no",
+                     "data_and_code": "partial", "hyperparameters": "partial"}
+
+
+def test_report_stage_writes_the_checklist_and_a_pdf_that_fits_its_pages(pipeline, tmp_path,
+                                                                         capsys):
+    out = tmp_path / "r"
+    rc = report_main(["--results", str(pipeline / "results.json"), "--runs-dir",
+                      str(pipeline / "align"), "--theory", str(pipeline / "theory.json"),
+                      "--contamination", str(pipeline / "contamination.json"), "--audit",
+                      str(pipeline / "audit.json"), "--params", str(pipeline / "params.yaml"),
+                      "--provenance", str(pipeline / "provenance.json"), "--html",
+                      f"{out}.html", "--pdf", f"{out}.pdf", "--checklist", f"{out}.json"])
+    assert rc == 0 and "past the margin" not in capsys.readouterr().err
+    assert json.loads(Path(f"{out}.json").read_text())["schema"] == "prh.checklist/1"
+    html = Path(f"{out}.html").read_text()
+    assert html.index("Which claims hold?") < html.index("Claims audit") < html.index(
+        "Paper vs rerun") and "Generated data, not Flickr30k." in html
+
+
+def test_off_page_catches_a_cell_that_runs_off(tmp_path):
+    wide = "<table><tr><td style='white-space:nowrap'>" + "no_break_" * 60 + "</td></tr></table>"
+    off = write_pdf(f"<html><body><p>fits</p>{wide}</body></html>", tmp_path / "bad.pdf")
+    assert off and off[0].startswith("page 1: 'no_break_no_break") and "past the margin" in off[0]
+
+
+def test_first_page_renders_banner_headlines_and_findings(pipeline):
+    paths = ReportPaths(pipeline / "results.json", pipeline / "align", pipeline / "theory.json",
+                        pipeline / "contamination.json", pipeline / "audit.json",
+                        pipeline / "params.yaml", pipeline / "provenance.json")
+    html = render(build_context(paths))
+    first = html[:html.index("Claims audit")]
+    assert "Good views beat bad views" in first and "+0.117" in first
+    assert "checks fail" in first and "ci_50m_good_ntp_is_difference" in first
