@@ -29,7 +29,7 @@ from prh.views import (
     padded_width,
 )
 
-Group = tuple[Tensor, Tensor]  # (tokens, mask), both [rows, L] long
+Group = tuple[Tensor, ...]  # (tokens, mask), both [rows, L] long; packed: + `pack_group`'s four
 
 
 def tokenize_captions(photos: Sequence[Photo], tokenizer: Tokenizer) -> dict[str, list[int]]:
@@ -100,7 +100,13 @@ def step_groups(bank: CaptionBank, rows: np.ndarray, cfg: TrainConfig, views: Vi
                 tokenizer: Tokenizer, rng: np.random.Generator, device: torch.device
                 ) -> list[Group]:
     """The batch of training step for the photos `rows` of `bank`, as the loop builds it: a
-    whole caption per photo for NTP, else the views, with `cfg.speed`'s passes and padding."""
+    whole caption per photo for NTP, else the views, with `cfg.speed`'s passes and padding, or
+    with `cfg.speed.pack` every sequence of the step packed into rows of max_len tokens (one
+    pass; the random draws are the same, so the batch is the same)."""
+    if cfg.speed.pack:
+        groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng) if cfg.arm == "ntp" else
+                  jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng, split=False))
+        return [pack_group(g, cfg.max_len) for g in groups]
     if cfg.arm == "ntp":
         return ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, cfg.speed.pad_multiple)
     return jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
@@ -112,3 +118,51 @@ def trim(tokens: Tensor, mask: Tensor, multiple: int = 1) -> tuple[Tensor, Tenso
     length rounded up to `multiple` (at most L)."""
     width = padded_width(int(mask.sum(-1).max()), multiple, mask.size(-1))
     return tokens[..., :width], mask[..., :width]
+
+
+def pack_rows(lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """First-fit decreasing: place sequences of `lengths` (each <= width) into rows of `width`
+    tokens. Returns (row, start) per sequence; rows are numbered 0..R-1 with no gaps."""
+    order = np.argsort(-lengths, kind="stable")
+    free = np.empty(0, dtype=np.int64)                 # tokens left in each open row
+    row = np.empty(len(lengths), dtype=np.int64)
+    start = np.empty(len(lengths), dtype=np.int64)
+    for i in order:
+        fits = np.flatnonzero(free >= lengths[i])
+        r = int(fits[0]) if fits.size else len(free)
+        if r == len(free):
+            free = np.append(free, width)
+        row[i], start[i] = r, width - free[r]
+        free[r] -= lengths[i]
+    return row, start
+
+
+def pack_group(group: Group, width: int) -> Group:
+    """One padded group (tokens, mask [N, L]) plus its packed form: several sequences per row
+    of `width` tokens, so the encoder computes on (almost) only real tokens.
+
+    Returns (tokens, mask, packed [R, W], positions [R, W] (restarting at 0 in each sequence),
+    segments [R, W] (the sequence a token belongs to; a row's tail of padding is a segment of
+    its own, so no query row is empty), index [N, L] (where token j of sequence n sits in the
+    flattened [R * W] rows; -1 on padding)). prh.models.TextEncoder attends within segments
+    only (block-diagonal, causal inside a segment for NTP) and gathers its output back to
+    [N, L], so pooling and losses read the same layout as the padded path."""
+    tokens, mask = group
+    lengths = mask.sum(-1).numpy()
+    row, start = pack_rows(lengths, width)
+    n, length = mask.shape
+    rows = int(row.max()) + 1 if n else 0
+    col = np.arange(length)
+    real = col[None, :] < lengths[:, None]                                   # [N, L]
+    flat = (row * width + start)[:, None] + col[None, :]                      # [N, L]
+    index = np.where(real, flat, -1)
+    packed = np.zeros(rows * width, dtype=np.int64)
+    positions = np.zeros(rows * width, dtype=np.int64)
+    segments = n + np.repeat(np.arange(rows), width)                         # tails: own ids
+    packed[flat[real]] = tokens.numpy()[real]
+    positions[flat[real]] = np.broadcast_to(col, (n, length))[real]
+    segments[flat[real]] = np.repeat(np.arange(n), lengths)
+    shape = (rows, width)
+    return (tokens, mask, torch.from_numpy(packed.reshape(shape)),
+            torch.from_numpy(positions.reshape(shape)), torch.from_numpy(segments.reshape(shape)),
+            torch.from_numpy(index))

@@ -84,11 +84,26 @@ class TextEncoder(nn.Module):
         """The input word-embedding matrix [V, D]: the tied output head of the NTP arm."""
         return self.bert.embeddings.word_embeddings.weight
 
-    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """tokens, mask: [B, L] (mask 1 on real tokens, right padding) -> hidden [B, L, D]."""
-        out = self.bert(input_ids=tokens, attention_mask=attention_mask(mask, self.cfg.causal),
-                        use_cache=False)
-        return out.last_hidden_state
+    def forward(self, tokens: Tensor, mask: Tensor, *packed: Tensor) -> Tensor:
+        """tokens, mask: [B, L] (mask 1 on real tokens, right padding) -> hidden [B, L, D].
+
+        With `packed` (packed tokens, positions, segments [R, W] and index [B, L], from
+        prh.batches.pack_group) the encoder runs on the packed rows instead, each token
+        attending within its own sequence only, and the output is gathered back to [B, L, D]
+        (zeros on padding): the same function of each sequence, on fewer computed tokens."""
+        if not packed:
+            out = self.bert(input_ids=tokens,
+                            attention_mask=attention_mask(mask, self.cfg.causal), use_cache=False)
+            return out.last_hidden_state
+        rows, positions, segments, index = packed
+        allowed = segments[:, None, :, None] == segments[:, None, None, :]   # [R, 1, W, W]
+        if self.cfg.causal:
+            allowed = allowed & torch.ones_like(allowed[0, 0]).tril()
+        hidden = self.bert(input_ids=rows, attention_mask=allowed, position_ids=positions,
+                           use_cache=False).last_hidden_state                # [R, W, D]
+        real = (index >= 0).unsqueeze(-1)
+        out = hidden.flatten(0, 1)[index.clamp_min(0)]                        # [B, L, D]
+        return out * real.to(out.dtype)
 
     def pool(self, hidden: Tensor, mask: Tensor) -> Tensor:
         """hidden [B, L, D], mask [B, L] -> [B, D] by `cfg.pooling`."""
@@ -100,9 +115,9 @@ class TextEncoder(nn.Module):
         last = mask.long().sum(1).clamp_min(1) - 1  # [B]: index of the last real token
         return hidden[torch.arange(hidden.size(0), device=hidden.device), last]
 
-    def embed(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """tokens, mask: [B, L] -> pooled embedding [B, D]."""
-        return self.pool(self(tokens, mask), mask)
+    def embed(self, tokens: Tensor, mask: Tensor, *packed: Tensor) -> Tensor:
+        """tokens, mask: [B, L] (and optionally their packed form) -> pooled embedding [B, D]."""
+        return self.pool(self(tokens, mask, *packed), mask)
 
 
 def attention_mask(mask: Tensor, causal: bool) -> Tensor:

@@ -231,7 +231,7 @@ class Net(nn.Module):
         every view, as upstream concatenates before the projector)."""
         if self.projector is None:
             return self.encoder(*groups[0])
-        pooled = [self.encoder.embed(tokens, mask) for tokens, mask in groups]  # [rows, D]
+        pooled = [self.encoder.embed(*group) for group in groups]  # [rows, D]
         return self.projector(torch.cat(pooled))
 
 

@@ -53,12 +53,17 @@ class SpeedConfig:
     longest view. checkpoint_every: epochs between checkpoints (the last epoch always writes
     one); a BERT-S checkpoint with its AdamW state is 453 MiB, about a second to write, so one
     per epoch costs minutes per 200-epoch arm. A killed run redoes the epochs since its last
-    checkpoint, to the same result."""
+    checkpoint, to the same result. pack: several sequences per row of max_len tokens, each
+    attending within itself only (prh.batches.pack_group), so the encoder computes on about the
+    real tokens instead of every view padded to the longest; passes and pad_multiple then do
+    not apply. Loss and gradients equal the padded path's up to float rounding
+    (tests/test_train.py)."""
 
     compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"
     passes: Literal["auto", "one", "split"] = "auto"
     pad_multiple: int = 1
     checkpoint_every: int = 10
+    pack: bool = False
 
     def split(self, device: torch.device) -> bool:
         """Whether global and local views go through the encoder in separate passes."""

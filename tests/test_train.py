@@ -420,3 +420,69 @@ def test_training_loop_batches_equal_jepa_batch(corpus) -> None:
             assert torch.equal(ta, tb) and torch.equal(ma, mb)
             assert ta.dtype == ma.dtype == torch.long
             assert torch.equal(ma.bool(), ta != tok.pad_id)
+
+
+# ---------------------------------------------------------------- packed (padding-free) steps
+
+
+def packed_and_padded_steps(corpus, arm: str):
+    """Loss and gradients of one step, padded (one pass) and packed, on one batch and one
+    net: 2 layers, dropout 0, fp32 on CPU."""
+    from prh.batches import CaptionBank, step_groups
+
+    photos, tok = corpus
+    model = {**TINY_MODEL, "dropout": 0.0, "layers": 2, "hidden": 32, "heads": 4}
+    out = {}
+    for pack in (False, True):
+        cfg = tiny_cfg(arm=arm, max_len=24, batch_size=8, model=model,
+                       speed={"pack": pack, "passes": "one"})
+        views = view_config(cfg, tok)
+        bank = CaptionBank.build(photos, tokenize_captions(photos, tok), views, tok.pad_id)
+        batch = step_groups(bank, np.arange(8), cfg, views, tok, np.random.default_rng(5),
+                            torch.device("cpu"))
+        state = build_state(cfg, encoder_config(cfg, tok), CPU)
+        loss, _ = step_loss(state, batch)
+        loss.backward()
+        out[pack] = (loss.detach(), {n: p.grad for n, p in state.net.named_parameters()
+                                     if p.grad is not None}, batch)
+    return out
+
+
+@pytest.mark.parametrize("arm", ["good", "bad", "ntp"])
+def test_packed_step_equals_the_padded_step_in_loss_and_every_gradient(corpus, arm):
+    out = packed_and_padded_steps(corpus, arm)
+    (loss0, grads0, padded), (loss1, grads1, packed) = out[False], out[True]
+    tokens, mask, rows = packed[0][:3]
+    assert torch.equal(tokens, padded[0][0])                    # the same batch, packed
+    assert int(mask.sum()) == int((rows != corpus[1].pad_id).sum())
+    assert rows.numel() <= tokens.numel()                        # never more tokens computed
+    assert abs(loss1.item() - loss0.item()) <= 1e-5
+    assert grads0.keys() == grads1.keys() and len(grads0) > 10
+    worst = max((grads1[n] - g).abs().max().item() for n, g in grads0.items())
+    assert worst <= 1e-5, worst
+
+
+def test_packed_ntp_is_causal_within_each_segment_and_blind_across_segments(corpus):
+    """Changing a sequence's last token changes no output of its earlier tokens and no output
+    of the sequences packed beside it."""
+    from prh.batches import pack_group
+    from prh.models import TextEncoder
+
+    _, tok = corpus
+    torch.manual_seed(0)
+    enc = TextEncoder(encoder_config(tiny_cfg(arm="ntp", model={**TINY_MODEL, "dropout": 0.0}),
+                                     tok)).eval()
+    tokens = torch.randint(5, tok.vocab_size, (3, 6))
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 5 + [0]])
+    tokens = tokens * mask
+    group = pack_group((tokens, mask), 16)
+    assert group[2].shape[0] == 1                              # all three share one row
+    edited = tokens.clone()
+    edited[1, 3] = (edited[1, 3] + 1) % tok.vocab_size
+    with torch.no_grad():
+        a, b = enc(*group), enc(*pack_group((edited, mask), 16))
+        ref = enc(tokens, mask)
+    torch.testing.assert_close(a * mask[..., None], ref * mask[..., None], atol=1e-5, rtol=0)
+    torch.testing.assert_close(a[1, :3], b[1, :3], atol=0, rtol=0)   # causal inside
+    assert not torch.allclose(a[1, 3], b[1, 3])
+    torch.testing.assert_close(a[[0, 2]], b[[0, 2]], atol=0, rtol=0)  # blind across
