@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from prh.io import ContractError
 
 EXPERIMENT = "prh-rerun"
 # MLflow 3's UI opens GenAI views for an experiment it cannot classify; this tag (the UI's
@@ -71,10 +74,50 @@ def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
     return None if found is None else f"{host}/#/experiments/{found.experiment_id}"
 
 
+# While a run is live, a call to the server gives up after one try and 10 s, so an outage costs
+# seconds per epoch, not MLflow's default 7 retries with growing back-off per call.
+QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_pending: list[tuple[dict[str, float], int]] = []  # epochs the server has not taken yet
+_unsent: list[str] = []  # artifacts the server did not take
+
+
+@contextlib.contextmanager
+def _quick_calls() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in QUICK}
+    os.environ.update(QUICK)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_server(uri: str | None = None) -> None:
+    """Refuse to start when an http(s) tracking server does not answer its /health page within
+    10 s: a clear error before any training, not after an hour of it."""
+    import urllib.request
+
+    uri = uri or tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10) as answer:
+            answer.read()
+    except OSError as e:
+        raise ContractError(
+            f"MLflow tracking server {uri} (MLFLOW_TRACKING_URI) does not answer: {e}; start "
+            "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db in the repository") from e
+
+
 @contextlib.contextmanager
 def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iterator[Any]:
     """Start an MLflow run named `name`, log flattened `params` and `tags`; the run ends
-    FINISHED when the block succeeds and FAILED when it raises."""
+    FINISHED when the block succeeds and FAILED when it raises. Metrics the server missed
+    (log_epoch buffers them) are sent at the end; what still cannot be sent is named on stderr
+    and in the run's `lost` tag, and the run ends FAILED."""
     import logging
 
     import mlflow
@@ -82,29 +125,85 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iter
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     mlflow.set_tracking_uri(tracking_uri())
-    with mlflow.start_run(run_name=name, experiment_id=_experiment_id(mlflow)) as run:
+    _pending.clear()
+    _unsent.clear()
+    run = mlflow.start_run(run_name=name, experiment_id=_experiment_id(mlflow))
+    status = "FAILED"
+    try:
         for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params
             chunk = dict(list(params.items())[start:start + 100])
             mlflow.log_params({k: str(v)[:6000] for k, v in chunk.items()})
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
         yield run
+        status = "FINISHED"
+    finally:
+        _send_pending()
+        lost = lost_items()
+        if lost:
+            status = "FAILED"
+            print(f"warning: MLflow server {tracking_uri()} did not take {lost} of run "
+                  f"{run.info.run_id}; they are in the run's output folder", file=sys.stderr)
+        with _quick_calls():
+            if lost:
+                with contextlib.suppress(Exception):  # named on stderr already
+                    mlflow.set_tag("lost", lost[:5000])
+            try:
+                mlflow.end_run(status)
+            except Exception:  # the server is gone (end_run has left the run already)
+                print(f"warning: could not mark MLflow run {run.info.run_id} {status}; it "
+                      "stays RUNNING on the server", file=sys.stderr)
+
+
+def lost_items() -> str:
+    """What the server has not taken: the epochs and names of buffered metrics, the unsent
+    artifacts (empty when everything arrived)."""
+    parts = []
+    if _pending:
+        names = sorted({k for metrics, _ in _pending for k in metrics})
+        parts.append(f"metrics {', '.join(names)} of epoch(s) "
+                     f"{', '.join(str(epoch) for _, epoch in _pending)}")
+    if _unsent:
+        parts.append(f"artifact(s) {', '.join(_unsent)}")
+    return "; ".join(parts)
 
 
 def log_artifacts(paths: list[Path]) -> None:
-    """Files of the active run (its resolved config, its curves) as MLflow artifacts."""
+    """Files of the active run (its resolved config, its curves) as MLflow artifacts; one the
+    server does not take is named in the run's `lost` list instead of stopping the run."""
     import mlflow
 
     for path in paths:
-        mlflow.log_artifact(str(path))
+        try:
+            with _quick_calls():
+                mlflow.log_artifact(str(path))
+        except Exception:
+            _unsent.append(path.name)
+
+
+def _send_pending() -> None:
+    """Send the buffered epochs in order; stop at the first the server does not take."""
+    import mlflow
+
+    with _quick_calls():
+        while _pending:
+            metrics, epoch = _pending[0]
+            try:
+                mlflow.log_metrics(metrics, step=epoch)
+            except Exception:  # MLflow raises its own, requests' or the store's errors
+                return
+            _pending.pop(0)
 
 
 def log_epoch(metrics: dict[str, float], epoch: int) -> None:
-    """Per-epoch metrics of the active run (finite numbers only)."""
+    """Per-epoch metrics of the active run (finite numbers only). When the server does not take
+    them, training goes on: they are buffered and sent with the next epoch or at the run's end."""
     import math
-
-    import mlflow
 
     clean = {k: float(v) for k, v in metrics.items()
              if isinstance(v, int | float) and math.isfinite(float(v))}
     if clean:
-        mlflow.log_metrics(clean, step=epoch)
+        _pending.append((clean, epoch))
+        _send_pending()
+        if _pending:
+            print(f"warning: MLflow server {tracking_uri()} unreachable at epoch {epoch}; "
+                  f"{len(_pending)} epoch(s) of metrics buffered", file=sys.stderr)

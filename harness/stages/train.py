@@ -75,6 +75,8 @@ def main(argv: list[str]) -> int:
 
     try:
         params = preflight(args.params, args.dataset.parent)
+        if int(os.environ.get("RANK", "0")) == 0:
+            tracking.check_server()  # an unreachable server stops here, before training
         cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")

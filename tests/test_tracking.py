@@ -1,0 +1,40 @@
+"""harness.tracking without a server: an unreachable MLFLOW_TRACKING_URI stops the train stage
+before any work (the server tests themselves are in test_mlflow_server.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import services
+import tiny_world
+
+from harness import tracking
+from prh.io import ContractError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_unreachable_server_stops_train_with_one_line_before_any_work(tmp_path):
+    """Nothing listens on the port: exit 2 and one error line naming the URI and the fix,
+    within seconds, before the data set is even read (here it does not exist)."""
+    shutil.copy2(ROOT / "params.yaml", tmp_path / "params.yaml")
+    url = f"http://127.0.0.1:{services.free_port()}"
+    start = time.monotonic()
+    out = subprocess.run(tiny_world.train_cmd("bad", 0), cwd=tmp_path, capture_output=True,
+                         text=True, env=tiny_world.env(MLFLOW_TRACKING_URI=url))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"error: MLflow tracking server {url} (MLFLOW_TRACKING_URI) "
+                                 "does not answer")
+    assert "unset MLFLOW_TRACKING_URI" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_local_database_needs_no_server_check(tmp_path):
+    tracking.check_server(f"sqlite:///{tmp_path / 'mlflow.db'}")  # returns: nothing to reach
+    with pytest.raises(ContractError, match="http://127.0.0.1:9 "):
+        tracking.check_server("http://127.0.0.1:9")

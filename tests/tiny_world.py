@@ -1,0 +1,85 @@
+"""Test-only helper: a git work tree holding a tiny world's upstream outputs (world, prepare,
+image), so tests can run real `harness train` processes against it (MLflow servers, SQLite,
+the SLURM launcher) in seconds. The stage commands are dvc.yaml's, run as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def tiny_params(raw: dict, epochs: int = 2) -> dict:
+    """params.yaml scaled down to seconds per training: 120 training photos, a one-layer
+    encoder, `epochs` epochs with the per-epoch evaluation on (one MLflow step per epoch)."""
+    w = raw["world"]
+    w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
+    w["image"].update(epochs=1)
+    w["train"].update(epochs=epochs, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48,
+                      model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
+    w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40])
+    w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
+    return raw
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a stage process: this venv first on PATH, one thread, no tracking URI
+    unless `extra` sets one."""
+    out = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "OMP_NUM_THREADS": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    out.pop("MLFLOW_TRACKING_URI", None)
+    return {**out, **extra}
+
+
+def sh(cwd: Path, *cmd: str, **extra: str) -> subprocess.CompletedProcess:
+    """Run `cmd` in `cwd`; a failure raises with the end of its output."""
+    out = subprocess.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}"
+                             f"\n{out.stderr[-3000:]}")
+    return out
+
+
+def copy_project(repo: Path, epochs: int = 2) -> Path:
+    """The project's code, dvc.yaml and a tiny params.yaml in `repo`, committed to git."""
+    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml",
+                 ".dvc/config", ".dvc/.gitignore", ".gitignore"):
+        src, dst = ROOT / item, repo / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst)
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs)
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "tiny world")
+    return repo
+
+
+def build_upstream(repo: Path) -> Path:
+    """The world, prepare and image stages' outputs in `repo` (dvc.yaml's commands)."""
+    sh(repo, "harness", "world", "--params", "params.yaml", "--inputs", "data/world/raw",
+       "--out", "data/world/raw")
+    sh(repo, "harness", "prepare", "--params", "params.yaml", "--dataset",
+       "data/world/raw/dataset.json", "--images", "data/world/raw/images",
+       "--out", "data/world/prepared")
+    sh(repo, "harness", "image", "--params", "params.yaml", "--raw", "data/world/raw",
+       "--out", "runs/image")
+    return repo
+
+
+def train_cmd(arm: str, seed: int) -> list[str]:
+    """dvc.yaml's train command for (arm, seed) on the world profile."""
+    return ["harness", "train", "--params", "params.yaml", "--arm", arm, "--seed", str(seed),
+            "--dataset", "data/world/raw/dataset.json", "--prepared", "data/world/prepared",
+            "--image", "runs/image", "--work", "runs/.work", "--out", f"runs/text/{arm}-s{seed}"]
