@@ -283,8 +283,13 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
     from harness.stages.audit import main
 
     params = load_params(REPO / "params.yaml")
-    results = {**RESULTS, "profile": params.profile, "params_hash": params.hash,
-               "n_test": 300}
+    at_chance = {"metrics": {"r_at_1": metric(0.003, 0.003)}, "controls": chance(1 / 300)}
+    results = {**RESULTS, "profile": params.profile, "params_hash": params.hash, "n_test": 300,
+               "arms": {"good": {"metrics": {"r_at_1": metric(0.05, 0.012)},
+                                 "controls": chance(1 / 300)}, "bad": at_chance,
+                        "ntp": at_chance},
+               "gaps": [gap("good", "bad", 0.047, 0.012), gap("good", "ntp", 0.047, 0.012),
+                        gap("bad", "ntp", 0.0, 0.003)]}
     (tmp_path / "results.json").write_text(json.dumps(results))
     (tmp_path / "theory.json").write_text(json.dumps(THEORY))
     out = tmp_path / "audit.json"
@@ -300,13 +305,20 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
                         (None, "world")]
     assert about_other_data and not [k for k in about_other_data
                                      if verdicts[k] == "reproduced"]
-    assert verdicts["rerun_gap_good_bad_r1"] == "pattern seen on another profile"
+    # the world's bad and next-token arms sit at chance: "good beats bad" shows only that good
+    # learned something, and that is what the verdict says
+    assert set(doc["at_chance"]) == {"bad", "ntp"}
+    gb = next(r for r in doc["claims"] if r["id"] == "rerun_gap_good_bad_r1")
+    assert gb["verdict"] == "pattern not seen on another profile"
+    assert "bad at chance (0.0033 inside [-0.0030, 0.0090])" in gb["reason"]
+    assert verdicts["rerun_gap_bad_ntp_r1"] == "pattern seen on another profile"
+    assert doc["summary"]["pattern seen on another profile"] == 1
+    assert doc["summary"]["pattern not seen on another profile"] == 5
     assert verdicts["theory_n_under"] == "differs" and verdicts["theory_bound_max_ratio"] == \
         "differs"
     assert doc["summary"]["relation ambiguous"] == 5
     assert main([*args, "--fail-on", "arithmetic"]) == 1
     assert "arithmetic" in capsys.readouterr().err
-
 
 
 def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
