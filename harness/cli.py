@@ -10,6 +10,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.stages.run:main", "validate params and inputs, then `dvc repro` everything"),
+    "matrix": ("harness.matrix:main", "the arm x seed trainings side by side, one per device"),
     "world": ("harness.stages.world:main", "generate the embedded world data set"),
     "prepare": ("harness.stages.prepare:main", "validate the captions, train the tokenizer"),
     "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
@@ -27,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 EXAMPLES = """\
 examples:
   harness run                                   # the whole pipeline on params.yaml's profile
-  harness run -- --dry                          # check params.yaml, show what dvc would run
+  harness run --check                           # check params.yaml, list the stale stages
   harness run --fail-on differs,arithmetic      # a CI gate on the audit's verdicts
   harness diff runs/align:good@0 runs/align:good@1          # two seeds of one arm
   harness diff rev:HEAD~1 runs/align --fail-if 'r_at_1<-0.02'  # last commit against now

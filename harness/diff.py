@@ -359,15 +359,22 @@ def differing(a: Mapping[str, str], b: Mapping[str, str]) -> list[dict[str, str 
             if a.get(k) != b.get(k)]
 
 
+def parse_gate(text: str) -> re.Match:
+    """`[ARM.]METRIC OP VALUE`, or DiffError saying how to write one (checked before any run is
+    read, so a typo costs no loading)."""
+    m = GATE.match(text)
+    if not m:
+        raise DiffError(f"--fail-if {text!r}: write [ARM.]METRIC<VALUE, e.g. r_at_1<-0.01 "
+                        "or good.mknn10<=-0.005 (operators < <= > >=)")
+    return m
+
+
 def apply_gates(result: dict[str, Any], gates: Sequence[str]) -> list[dict[str, Any]]:
     """`[ARM.]METRIC OP VALUE` on the delta B − A; a gate naming no compared metric is an
     error, so a typo never passes CI silently."""
     out = []
     for text in gates:
-        m = GATE.match(text)
-        if not m:
-            raise DiffError(f"--fail-if {text!r}: write [ARM.]METRIC<VALUE, e.g. r_at_1<-0.01 "
-                            "or good.mknn10<=-0.005 (operators < <= > >=)")
+        m = parse_gate(text)
         rows = [r for r in result["metrics"] if r["metric"] == m["metric"]
                 and (m["arm"] is None or m["arm"] in (r["arm_a"], r["arm_b"]))]
         if not rows:
@@ -436,6 +443,8 @@ def cli(argv: list[str] | None = None) -> int:
                     help="the interval's level, a fraction (default: 0.95)")
     args = ap.parse_args(argv)
     try:
+        for text in args.fail_if:
+            parse_gate(text)
         result = diff_sets(load_set(args.a), load_set(args.b), paired=not args.unpaired,
                            n_resamples=args.n_resamples, level=args.level)
         result["gates"] = apply_gates(result, args.fail_if)

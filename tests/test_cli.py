@@ -31,7 +31,7 @@ def help_of(argv: list[str]) -> tuple[int, str]:
 def test_version_and_top_level_examples():
     assert help_of(["--version"]) == (0, f"harness {__version__}\n")
     code, text = help_of(["--help"])
-    assert code == 0 and "examples:" in text and "harness run -- --dry" in text
+    assert code == 0 and "examples:" in text and "harness run --check" in text
     assert all(name in text for name in COMMANDS)
 
 

@@ -25,6 +25,10 @@ def main(argv: list[str]) -> int:
                         help="extra arguments for `dvc repro` (after --, e.g. -- --dry)")
     parser.add_argument("--fail-on", default="", help="exit 1 when the audit finds one of "
                         "these (as `harness audit --fail-on`), for CI gates")
+    parser.add_argument("--check", action="store_true",
+                        help="validate params.yaml and the inputs, list the stages `dvc status` "
+                             "finds stale, run nothing (`-- --dry` fails on a fresh clone: "
+                             "DVC issue #9021)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness run --help` answers at once
     from ..audit import gate, parse_fail_on
@@ -37,12 +41,17 @@ def main(argv: list[str]) -> int:
         validate_params(params)
     except ContractError as e:
         return fail(e)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    if args.check:
+        print(f"run: {args.params} (profile {params.profile}) and its inputs are valid; "
+              "`dvc status` names the stages `harness run` would run:", flush=True)
+        return subprocess.run(["dvc", "status"], env=env).returncode if Path(".dvc").exists() \
+            else 0
     if not Path(".dvc").exists():
         subprocess.run(["dvc", "init", "-q"] + ([] if Path(".git").exists() else ["--no-scm"]),
                        check=True)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     code = subprocess.run(["dvc", "repro", *args.dvc_args], env=env).returncode
-    if code == 0:
+    if code == 0 and "--dry" not in args.dvc_args:
         from ..tracking import ui_url
 
         print(f"\nprofile {params.profile}: reports/audit.html and reports/audit.pdf are ready; "
