@@ -52,6 +52,28 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
+@contextlib.contextmanager
+def _first_use_lock() -> Iterator[None]:
+    """On the SQLite default, one process at a time creates the database and the experiment:
+    runs started together on a fresh mlflow.db otherwise race through MLflow's schema
+    migrations ("table ... already exists") and all fail. The lock is flock on the database
+    file itself, which SQLite's own (fcntl) locks ignore."""
+    import fcntl
+
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _experiment_id(mlflow: Any) -> str:
     found = mlflow.get_experiment_by_name(EXPERIMENT)
     if found is not None:
@@ -127,7 +149,9 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iter
     mlflow.set_tracking_uri(tracking_uri())
     _pending.clear()
     _unsent.clear()
-    run = mlflow.start_run(run_name=name, experiment_id=_experiment_id(mlflow))
+    with _first_use_lock():
+        experiment_id = _experiment_id(mlflow)
+    run = mlflow.start_run(run_name=name, experiment_id=experiment_id)
     status = "FAILED"
     try:
         for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params
