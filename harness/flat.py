@@ -1,7 +1,11 @@
 """The small numbers-only views DVC shows (`dvc metrics show/diff`, `dvc exp show`) and the
 curve files it plots (`dvc plots show/diff`), cut from the rich JSON each stage also writes
 (that stays an output for the report, the audit and `harness diff`). Values are rounded to 4
-decimals: DVC prints every digit it is given, and a test set of 1,000 pairs resolves .001."""
+decimals: DVC prints every digit it is given, and a test set of 1,000 pairs resolves .001.
+
+`dvc metrics show` prints one table whose columns are the union of every file's keys, so a
+run, an arm and a gap each get a file of their own with the same few keys (`r_at_1`,
+`r_at_1_lo`, `r_at_1_hi`, ...): one row each, a handful of columns."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ DIGITS = 4
 RUN_KEYS = {"r_at_1": "r_at_1", "r_at_5": "r_at_5", "mknn10": "mknn10",
             "r_at_1_fit": "r_at_1_fit", "control_random_map_r_at_1": "control_random",
             "control_shuffled_r_at_1": "control_shuffled", "chance_r_at_1": "chance"}
-ARM_KEYS = ("r_at_1", "r_at_5", "mknn10")
+ARM_KEYS = ("r_at_1", "r_at_5", "mknn10")  # seed means; R@1 also with its interval
 GAP_KEYS = ("r_at_1",)
 
 
@@ -31,7 +35,7 @@ def run_metrics(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
 
 def aggregate_metrics(stats: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """results.json's per-arm seed means (R@1 with its interval) and paired gaps on R@1 (with
-    theirs), as `ARM.METRIC` and `A-B.METRIC` columns."""
+    theirs): file name (`ARM`, `A-B`) -> its flat metrics, under the run files' key names."""
     out: dict[str, dict[str, float]] = {}
     for arm, block in stats.get("arms", {}).items():
         m = block.get("metrics", {})

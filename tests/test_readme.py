@@ -176,8 +176,8 @@ def repo(tmp_path_factory) -> Path:
                    curve_rows(run["curve"], ("epoch", "r_at_1_test", "r_at_1_fit", "loss")))
         write_json(repo / "runs" / "plots" / path.stem / "fit_size.json",
                    curve_rows(run["fit_size_curve"], ("n_fit", "r_at_1")))
-    write_json(repo / "runs" / "metrics" / "aggregate.json",
-               aggregate_metrics(read_json(repo / "runs" / "results.json")))
+    for name, flat in aggregate_metrics(read_json(repo / "runs" / "results.json")).items():
+        write_json(repo / "runs" / "metrics" / "aggregate" / f"{name}.json", flat)
     for step in ("git init -q", "git add -A", "git commit -qm first"):
         assert ran(repo, step) is None
     run = read_json(repo / "runs" / "metrics" / "good-s0.json")

@@ -98,7 +98,8 @@ def committed(tmp_path_factory) -> Path:
                     "data/world/prepared/summary.json",
                     "runs/image/val.npz", "runs/results.json", "runs/theory.json",
                     "runs/contamination.json", "reports/audit.json", "reports/audit.html",
-                    "reports/audit.pdf", "reports/checklist.json", "runs/metrics/aggregate.json"]
+                    "reports/audit.pdf", "reports/checklist.json",
+                    "runs/metrics/aggregate/good.json"]
     for m in MATRIX:
         arm, seed = m.split("-")
         placeholders += [f"runs/text/{arm}-s{seed}/run.json", f"runs/align/{arm}-s{seed}.json",

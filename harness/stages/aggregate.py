@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prh.io import ContractError, check_same_ids, read_json, write_json
+from prh.io import ContractError, atomic_dir, check_same_ids, read_json, write_json
 
 from ..params import load_params
 from ..runfiles import check_run_file, run_name
@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
     parser.add_argument("--metrics", type=Path, default=None,
-                        help="seed means and gaps as a small flat JSON for `dvc metrics show`")
+                        help="folder for each arm's seed means and each gap as small flat "
+                             "JSON files (ARM.json, A-B.json) for `dvc metrics show`")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness aggregate --help` answers at once
     from ..flat import aggregate_metrics
@@ -66,7 +67,9 @@ def main(argv: list[str]) -> int:
         "runs": [str(args.align_dir / f"{run_name(a, s)}.json")
                  for a, s in itertools.product(params.arms, params.seeds)]})
     if args.metrics is not None:
-        write_json(args.metrics, aggregate_metrics(stats))
+        with atomic_dir(args.metrics) as tmp:
+            for name, flat in aggregate_metrics(stats).items():
+                write_json(tmp / f"{name}.json", flat)
     for arm in params.arms:
         r1 = stats["arms"][arm]["metrics"]["r_at_1"]
         print(f"aggregate: {arm:<4} R@1 mean {r1['mean']:.3f} over seeds {list(params.seeds)}, "
