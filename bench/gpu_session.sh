@@ -5,7 +5,9 @@
 # 1. the environment (nvidia-smi, torch and transformers versions);
 # 2. the CUDA tests (bf16, pinned copies, CUDA graphs) and the compile-equals-eager test;
 # 3. bench/gpu_train.py --matrix --profile: every train.speed setting on BERT-S, batch 256,
-#    8 views, with step time, GPU busy share, host syncs and the projected 200-epoch arm.
+#    8 views, with step time, GPU busy share, host syncs and the projected 200-epoch arm
+#    (checkpoints included); the padding-free (packed) path comes first, eager, compiled and
+#    with CUDA graphs, then the padded ones it is compared with.
 # Writes $OUT/{env.txt,cuda_tests.txt,gpu_matrix.txt,gpu_matrix.json}. It runs under the
 # machine's own python3 (its torch and transformers, not our pins), so prh comes from
 # PYTHONPATH. Extra arguments go to gpu_train.py (a CPU smoke run: --preset tiny --batch 8

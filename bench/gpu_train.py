@@ -58,6 +58,11 @@ TARGET_ARM_S = 600  # the speed target: <= 10 minutes per 200-epoch arm on one H
 TINY = TextEncoderConfig(hidden=64, layers=2, heads=4, intermediate=128)  # CPU smoke checks
 # --matrix: (name, arm, speed), the loop's CUDA default (one pass, eager) first.
 MATRIX: tuple[tuple[str, str, SpeedConfig], ...] = (
+    ("eager packed", "good", SpeedConfig(pack=True)),
+    ("compile packed", "good", SpeedConfig(compile="default", pack=True)),
+    ("cudagraphs packed", "good", SpeedConfig(compile="reduce-overhead", pack=True)),
+    ("eager packed ntp", "ntp", SpeedConfig(pack=True)),
+    ("compile packed ntp", "ntp", SpeedConfig(compile="default", pack=True)),
     ("eager one-pass", "good", SpeedConfig(passes="one")),
     ("compile one-pass pad8", "good", SpeedConfig(compile="default", passes="one",
                                                   pad_multiple=8)),
@@ -183,9 +188,9 @@ def _host_figures(host, first: int, steps: int) -> dict[str, float]:
     real = padded = 0
     t = time.perf_counter()
     for k in range(first, first + steps):
-        masks = [m for _, m in host(k)]
-        real += sum(int(m.sum()) for m in masks)
-        padded += sum(m.numel() for m in masks)
+        groups = host(k)  # computed tokens: the packed rows when packed, else the padded
+        real += sum(int(g[1].sum()) for g in groups)
+        padded += sum(g[2 if len(g) > 2 else 0].numel() for g in groups)
     n = max(steps, 1)
     return {"host_prep_s": (time.perf_counter() - t) / n, "tokens_per_step": real / n,
             "padded_tokens_per_step": padded / n}
@@ -292,6 +297,7 @@ def main() -> None:
                                           "max-autotune-no-cudagraphs"), default="none")
     ap.add_argument("--passes", choices=("auto", "one", "split"), default="auto")
     ap.add_argument("--pad-multiple", type=int, default=1)
+    ap.add_argument("--pack", action="store_true", help="padding-free steps (train.speed.pack)")
     ap.add_argument("--checkpoint-every", type=int, default=10,
                     help="epochs per checkpoint in the projection (params.yaml flickr30k: 10)")
     ap.add_argument("--profile", action="store_true", help="GPU busy share and top kernels")
@@ -306,7 +312,7 @@ def main() -> None:
         run_matrix(a, model_config(enc))
         return
     speed = SpeedConfig(compile=a.compile, passes=a.passes, pad_multiple=a.pad_multiple,
-                        checkpoint_every=a.checkpoint_every)
+                        checkpoint_every=a.checkpoint_every, pack=a.pack)
     r = measure(model_config(enc), arm=a.arm, batch=a.batch, steps=a.steps,
                 warmup=min(a.warmup, a.steps), device=a.device, amp=not a.no_amp,
                 speed=speed, profile=a.profile)

@@ -19,19 +19,23 @@ def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
     out = tmp_path / "matrix.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_train.py"), "--preset", "tiny", "--matrix",
-         "--variants", "eager one-pass,eager split,eager ntp", "--batch", "8", "--steps", "2",
+         "--variants", "eager one-pass,eager split,eager ntp,eager packed", "--batch", "8",
+         "--steps", "2",
          "--warmup", "1", "--device", "cpu", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = json.loads(out.read_text())
-    assert [r["name"] for r in records] == ["eager one-pass", "eager split", "eager ntp"]
+    assert [r["name"] for r in records] == ["eager packed", "eager one-pass", "eager split",
+                                            "eager ntp"]
     for r in records:
         assert "error" not in r, r
         assert r["step_s"] > 0 and 0 < r["tokens_per_step"] <= r["padded_tokens_per_step"]
         assert r["checkpoints_per_arm"] == 20 and r["checkpoint_s"] > 0  # --checkpoint-every 10
         assert r["flickr_arm_s"] == pytest.approx(
             r["step_s"] * math.ceil(29_000 / 8) * 200 + 20 * r["checkpoint_s"])
-    one, split, ntp = records
+    packed, one, split, ntp = records
+    assert packed["speed"]["pack"] and packed["tokens_per_step"] == one["tokens_per_step"]
+    assert packed["padded_tokens_per_step"] <= 1.15 * packed["tokens_per_step"]  # computed
     assert one["tokens_per_step"] > 8 * 8  # 8 photos x 8 views, at least [CLS] .. [SEP] each
     assert split["padded_tokens_per_step"] < one["padded_tokens_per_step"]  # less padding
     assert (one["speed"]["passes"], split["speed"]["passes"]) == ("one", "split")
