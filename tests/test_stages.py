@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def write_params(tmp_path: Path, edit) -> Path:
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["world"]["data"]["world"].update(n_train=40, n_fit=5, n_test=5)
+    raw["world"]["eval"].update(k=3, fit_sizes=[2, 5])  # what 5 fit and 5 test pairs allow
     edit(raw)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -33,9 +34,12 @@ def make_world(tmp_path: Path, monkeypatch, edit=lambda r: None) -> Path:
 
 def test_views_longer_than_the_captions_allow_stop_the_prepare_stage(tmp_path, monkeypatch,
                                                                       capsys):
-    """max_len 6 leaves 4 tokens: most world captions would be cut, so `harness prepare`
-    refuses before the image encoder or any text encoder trains."""
-    path = make_world(tmp_path, monkeypatch, lambda r: r["world"]["train"].update(max_len=6))
+    """max_len 6 leaves 4 tokens: most captions would be cut, so `harness prepare` refuses
+    before the image encoder or any text encoder trains (on the world, harness.validate
+    already refuses it from the words a caption can have; prepare counts real tokens, the
+    check a data set of unknown captions gets)."""
+    path = make_world(tmp_path, monkeypatch)
+    path.write_text(path.read_text().replace("max_len: 48", "max_len: 6"))
     assert prepare.main(["--params", str(path), "--dataset", "data/world/raw/dataset.json",
                          "--images", "data/world/raw/images", "--out", "data/world/prepared"]) == 2
     err = capsys.readouterr().err
@@ -91,3 +95,19 @@ def test_a_stage_without_its_paths_is_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         theory.main(argv)
     assert exc.value.code == 2 and "usage: harness theory" in capsys.readouterr().err
+
+
+def test_run_check_validates_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """`harness run --check`: every setting and combination checked, nothing run (no .dvc
+    here, so no `dvc status` either); a combination that cannot work is named, exit 2."""
+    from harness.stages import run
+
+    path = write_params(tmp_path, lambda r: None)
+    monkeypatch.chdir(tmp_path)
+    assert run.main(["--params", str(path), "--check"]) == 0
+    assert "and its inputs are valid" in capsys.readouterr().out
+    assert not (tmp_path / ".dvc").exists() and not (tmp_path / "data").exists()
+    bad = write_params(tmp_path, lambda r: r["world"]["eval"].update(k=500))
+    assert run.main(["--params", str(bad), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "world.eval.k = 500: mutual k-NN needs more than k test pairs" in err
