@@ -1,0 +1,49 @@
+"""`harness matrix` on CPU with two workers: the arm x seed trainings run side by side (their
+MLflow runs overlap in time), each is tracked in MLflow, dvc.lock records them so `dvc repro`
+does not train again, and the rest of the pipeline ends at the report."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+import yaml
+from test_pipeline import COPY, ROOT, sh, tiny_params
+
+from harness.matrix import parse_devices, worker_env
+
+
+def test_devices_and_worker_environment():
+    assert parse_devices("0, cuda:3") == ["0", "3"] and parse_devices("cpu,cpu") == ["", ""]
+    with pytest.raises(ValueError, match="'gpu0' is neither 'cpu' nor a GPU index"):
+        parse_devices("gpu0")
+    assert worker_env({"X": "1"}, "2", 4) == {"X": "1", "CUDA_VISIBLE_DEVICES": "2"}
+    cpu = worker_env({}, "", 2)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "" and int(cpu["OMP_NUM_THREADS"]) >= 1
+
+
+@pytest.mark.slow
+def test_two_cpu_workers_train_the_matrix_concurrently_tracked_and_recorded(tmp_path):
+    repo = tmp_path / "repo"
+    for item in COPY:
+        src, dst = ROOT / item, repo / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()))
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    sh(repo, "git", "init", "-q")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "tiny")
+    out = sh(repo, "harness", "matrix", "--devices", "cpu,cpu")
+    assert "matrix: 6 training(s) on 2 worker(s)" in out.stdout
+    assert out.stdout.count(" on CPU: done") == 6
+    assert (repo / "reports/audit.html").is_file()
+    assert "Data and pipelines are up to date" in sh(repo, "dvc", "status").stdout
+    with sqlite3.connect(repo / "mlflow.db") as db:
+        runs = db.execute("select name, status, start_time, end_time from runs").fetchall()
+    assert sorted((n, s) for n, s, _, _ in runs) == sorted(
+        (f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp") for s in (0, 1))
+    spans = [(start, end) for _, _, start, end in runs]
+    running = [sum(s <= t < e for s, e in spans) for t, _ in spans]   # at each run's start
+    assert max(running) == 2, spans    # two trainings side by side, never more than 2 workers
