@@ -62,6 +62,7 @@ class ReportPaths:
     audit: Path
     params: Path
     provenance: Path | None = None
+    prepared: Path | None = None  # the prepare stage's summary.json (its data-check warnings)
 
 
 def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
@@ -316,6 +317,14 @@ def hash_warnings(results: Mapping | None, runs: Sequence[Mapping], runs_dir: Pa
     return out
 
 
+def data_warnings(summary: Path | None) -> list[str]:
+    """The prepare stage's warnings (differences from Karpathy's Flickr30k that keep the
+    protocol), each prefixed by its file; none without the file."""
+    if summary is None or not summary.is_file():
+        return []
+    return [f"{summary}: {w}" for w in read_json(summary).get("warnings", [])]
+
+
 def build_context(paths: ReportPaths) -> dict:
     """Every number, table and figure of the report, from the pipeline's files only."""
     results, no_results = load_input(paths.results, "results", SCHEMAS["results"])
@@ -359,6 +368,7 @@ def build_context(paths: ReportPaths) -> dict:
             "created": source_date(),
             "summary": summary(results, audit, runs, sections),
             "warnings": hash_warnings(results, runs, paths.runs_dir),
+            "data_warnings": data_warnings(paths.prepared),
             "sections": sections}
 
 

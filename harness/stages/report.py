@@ -23,6 +23,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--provenance", type=Path, default=None,
                         help="JSON/YAML list of {key, value, source, citation} (default: "
                              "built from --params by harness.provenance)")
+    parser.add_argument("--prepared", type=Path, default=None,
+                        help="the prepare stage's summary.json, whose data-check warnings the "
+                             "first page shows")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--checklist", type=Path, default=None,
@@ -36,7 +39,7 @@ def main(argv: list[str]) -> int:
     from ..report import ReportPaths, build_context
 
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
-                                    args.audit, args.params, args.provenance))
+                                    args.audit, args.params, args.provenance, args.prepared))
     for w in ctx["warnings"]:
         print(f"harness report: warning: {w}", file=sys.stderr)
     for a in ctx["summary"]["absent"]:
