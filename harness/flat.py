@@ -52,5 +52,7 @@ def aggregate_metrics(stats: Mapping[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def curve_rows(curve: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
-    """A curve as the flat records DVC plots read (`x` and `y` fields), missing values left out."""
-    return [{k: r[k] for k in keys if r.get(k) is not None} for r in curve]
+    """A curve as the flat records DVC plots read: the `keys` of the records that have all of
+    them (DVC refuses a plot whose y field is missing from a record, as on the epochs between
+    two evaluations)."""
+    return [{k: r[k] for k in keys} for r in curve if all(r.get(k) is not None for k in keys)]

@@ -41,7 +41,9 @@ def test_aggregate_metrics_hold_each_arm_and_gap_with_its_interval():
     assert numbers_only(flat) and len(json.dumps(flat)) < 1000
 
 
-def test_curve_rows_keep_the_plotted_fields_only():
-    curve = [{"epoch": 1, "r_at_1_test": 0.1, "loss": None, "extra": "x"}, {"epoch": 2}]
-    assert curve_rows(curve, ("epoch", "r_at_1_test", "loss")) == [
-        {"epoch": 1, "r_at_1_test": 0.1}, {"epoch": 2}]
+def test_curve_rows_keep_the_plotted_fields_of_the_evaluated_epochs():
+    """Epoch 2 has no evaluation (eval_every 2 evaluates epochs 1, 3, ...): DVC would refuse
+    the whole plot for a record without its y field."""
+    curve = [{"epoch": 1, "r_at_1_test": 0.1, "loss": 2.0, "extra": "x"}, {"epoch": 2, "loss": 1},
+             {"epoch": 3, "r_at_1_test": None}]
+    assert curve_rows(curve, ("epoch", "r_at_1_test")) == [{"epoch": 1, "r_at_1_test": 0.1}]

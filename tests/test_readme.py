@@ -173,7 +173,7 @@ def repo(tmp_path_factory) -> Path:
         run = read_json(path)
         write_json(repo / "runs" / "metrics" / path.name, run_metrics(run["metrics"]))
         write_json(repo / "runs" / "plots" / path.stem / "epochs.json",
-                   curve_rows(run["curve"], ("epoch", "r_at_1_test", "r_at_1_fit", "loss")))
+                   curve_rows(run["curve"], ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(repo / "runs" / "plots" / path.stem / "fit_size.json",
                    curve_rows(run["fit_size_curve"], ("n_fit", "r_at_1")))
     for name, flat in aggregate_metrics(read_json(repo / "runs" / "results.json")).items():

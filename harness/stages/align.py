@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
         write_json(args.metrics, run_metrics(metrics))
     if args.plots is not None:
         write_json(args.plots / "epochs.json", curve_rows(
-            read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit", "loss")))
+            read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(args.plots / "fit_size.json",
                    curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
     log_final(run["mlflow_run_id"], metrics)
