@@ -28,7 +28,7 @@ import imagehash
 import numpy as np
 from PIL import Image
 
-from prh.data import check_splits, load_karpathy
+from prh.data import check_image_files, check_splits, load_karpathy
 from prh.io import ContractError
 
 TEXT_RULES = ("exact", "prefix40", "ngram13")
@@ -152,6 +152,7 @@ def scan(dataset: Path, image_dir: Path | None, *, prefix_chars: int = 40, n: in
                                                   list(found.items())[:N_EXAMPLES]]}
         flagged[split] |= set(found)
     if image_dir is not None:
+        check_image_files(corpus, image_dir)  # names each unreadable photo with its record
         report["images"] = _image_report(corpus, image_dir, max_distance, hash_size, flagged)
     for split in EVAL_SPLITS:
         report["clean_ids"][split] = [p.id for p in corpus.split(split)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from prh.io import ContractError
 
 SPLITS = ("train", "val", "test", "restval")
@@ -202,13 +204,11 @@ def karpathy_warnings(corpus: CaptionCorpus, n_files: int) -> list[str]:
 def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
     """Open and decode every photo the file names (all splits); raise one DataError naming each
     missing, empty or undecodable file with its record. Returns the folder's file count."""
-    from PIL import Image
-
     bad = []
     for i, photo in enumerate(corpus.photos):
         path = image_dir / photo.filename
         why = ("missing" if not path.is_file() else "empty (0 bytes)"
-               if path.stat().st_size == 0 else _undecodable(path, Image))
+               if path.stat().st_size == 0 else _undecodable(path))
         if why:
             bad.append(f"{photo.filename} (images[{i}], imgid {photo.id}, {photo.split}): {why}")
     if bad:
@@ -219,10 +219,10 @@ def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
     return sum(1 for p in image_dir.iterdir() if p.is_file())
 
 
-def _undecodable(path: Path, image: Any) -> str:
+def _undecodable(path: Path) -> str:
     """'' when PIL decodes the file whole, else why not (a truncated JPEG raises in load)."""
     try:
-        with image.open(path) as im:
+        with Image.open(path) as im:
             im.draft("RGB", (64, 64))  # JPEG: decode at 1/8 scale, still the whole stream
             im.load()
             if min(im.size) < 1:

@@ -83,13 +83,17 @@ def build(root: Path, *, n_train: int = 24, n_val: int = 8, n_test: int = 8,
 def dinov2_state(layout: str = "timm", name: str = "vit_base_patch14_dinov2.lvd142m",
                  seed: int = 0) -> dict[str, torch.Tensor]:
     """A random DINOv2 state dict: timm's layout at 224 px, or Meta's release layout (the
-    position table for 518 px and the iBOT mask token, which timm's filter drops)."""
+    position table for 518 px and the iBOT mask token, which timm's filter drops). The layer
+    scales are drawn near 1, not timm's initial 1e-5, so that, as trained weights do, the
+    blocks move the CLS token and photos get distinct embeddings."""
     import timm
 
     torch.manual_seed(seed)
     img_size = 224 if layout == "timm" else 518
     model = timm.create_model(name, pretrained=False, num_classes=0, img_size=img_size)
     state = model.state_dict()
+    for key in [k for k in state if k.endswith(".gamma")]:
+        state[key] = 1 + 0.1 * torch.randn_like(state[key])
     if layout == "meta":
         state["mask_token"] = torch.zeros(1, model.embed_dim)
     return state
