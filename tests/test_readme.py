@@ -191,7 +191,7 @@ def all_examples() -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for p in SOURCES:
         for e in examples(p.read_text(encoding="utf-8")):
-            seen.setdefault(e, p.relative_to(ROOT).as_posix())
+            seen.setdefault(e, (p.relative_to(ROOT) if p.is_relative_to(ROOT) else p).as_posix())
     return [(where, e) for e, where in seen.items()]
 
 
