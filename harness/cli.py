@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),
     "report": ("harness.stages.report:main", "render the HTML and PDF report"),
     "diff": ("harness.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
+    "launch": ("harness.launch:main", "train and align the matrix as a SLURM job array"),
 }
 EXAMPLES = """\
 examples:
