@@ -214,8 +214,9 @@ def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         raise DataError(f"{image_dir}: {len(bad)} photo(s) of {corpus.path} cannot be read: "
-                        f"{'; '.join(bad[:5])}{more}; copy the data set's images there again "
-                        "(Flickr30k: flickr30k-images), or drop those records")
+                        f"{'; '.join(bad[:5])}{more}; Flickr30k: copy the flickr30k-images JPEGs "
+                        "there again (the world profile: `dvc repro world` regenerates them), "
+                        "or drop those records")
     return sum(1 for p in image_dir.iterdir() if p.is_file())
 
 

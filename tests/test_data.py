@@ -178,4 +178,4 @@ def test_every_photo_of_every_split_is_opened_and_decoded(tmp_path):
                      "12.jpg (images[2], imgid 12, val): does not decode (image file is truncated",
                      "13.jpg (images[3], imgid 13, test): does not decode (cannot identify"):
         assert expected in text
-    assert "copy the data set's images there again" in text and "\n" not in text
+    assert "copy the flickr30k-images JPEGs there again" in text and "\n" not in text

@@ -131,7 +131,7 @@ def test_a_photo_that_cannot_be_read_stops_prepare_naming_file_and_record(user, 
         assert stage() == 2
         err = one_error(capsys)
         assert expected in err and str(RAW / "dataset.json") in err
-        assert "copy the data set's images there again" in err
+        assert "copy the flickr30k-images JPEGs there again" in err
     assert not (user / "data/flickr30k/prepared").exists() and not (user / "runs").exists()
 
 
