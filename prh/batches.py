@@ -106,7 +106,7 @@ def step_groups(bank: CaptionBank, rows: np.ndarray, cfg: TrainConfig, views: Vi
     if cfg.speed.pack:
         groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng) if cfg.arm == "ntp" else
                   jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng, split=False))
-        return [pack_group(g, cfg.max_len) for g in groups]
+        return [pack_group(g, cfg.max_len, cfg.speed.pad_multiple) for g in groups]
     if cfg.arm == "ntp":
         return ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, cfg.speed.pad_multiple)
     return jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
@@ -137,21 +137,22 @@ def pack_rows(lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     return row, start
 
 
-def pack_group(group: Group, width: int) -> Group:
+def pack_group(group: Group, width: int, row_multiple: int = 1) -> Group:
     """One padded group (tokens, mask [N, L]) plus its packed form: several sequences per row
     of `width` tokens, so the encoder computes on (almost) only real tokens.
 
     Returns (tokens, mask, packed [R, W], positions [R, W] (restarting at 0 in each sequence),
     segments [R, W] (the sequence a token belongs to; a row's tail of padding is a segment of
     its own, so no query row is empty), index [N, L] (where token j of sequence n sits in the
-    flattened [R * W] rows; -1 on padding)). prh.models.TextEncoder attends within segments
-    only (block-diagonal, causal inside a segment for NTP) and gathers its output back to
-    [N, L], so pooling and losses read the same layout as the padded path."""
+    flattened [R * W] rows; -1 on padding)). R is rounded up to `row_multiple` with rows of
+    padding, so a compiled encoder meets a few shapes. prh.models.TextEncoder attends within
+    segments only (block-diagonal, causal inside a segment for NTP) and gathers its output
+    back to [N, L], so pooling and losses read the same layout as the padded path."""
     tokens, mask = group
     lengths = mask.sum(-1).numpy()
     row, start = pack_rows(lengths, width)
     n, length = mask.shape
-    rows = int(row.max()) + 1 if n else 0
+    rows = -(-(int(row.max()) + 1 if n else 0) // row_multiple) * row_multiple
     col = np.arange(length)
     real = col[None, :] < lengths[:, None]                                   # [N, L]
     flat = (row * width + start)[:, None] + col[None, :]                      # [N, L]

@@ -55,8 +55,8 @@ class SpeedConfig:
     per epoch costs minutes per 200-epoch arm. A killed run redoes the epochs since its last
     checkpoint, to the same result. pack: several sequences per row of max_len tokens, each
     attending within itself only (prh.batches.pack_group), so the encoder computes on about the
-    real tokens instead of every view padded to the longest; passes and pad_multiple then do
-    not apply. Loss and gradients equal the padded path's up to float rounding
+    real tokens instead of every view padded to the longest; passes then do not apply and
+    pad_multiple rounds up the number of packed rows instead of the width. Loss and gradients equal the padded path's up to float rounding
     (tests/test_train.py)."""
 
     compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"

@@ -477,6 +477,10 @@ def test_packed_ntp_is_causal_within_each_segment_and_blind_across_segments(corp
     tokens = tokens * mask
     group = pack_group((tokens, mask), 16)
     assert group[2].shape[0] == 1                              # all three share one row
+    four = pack_group((tokens, mask), 16, row_multiple=4)      # rows of padding added
+    assert four[2].shape == (4, 16) and (four[2][1:] == tok.pad_id).all()
+    with torch.no_grad():
+        torch.testing.assert_close(enc(*four), enc(*group), atol=1e-6, rtol=0)
     edited = tokens.clone()
     edited[1, 3] = (edited[1, 3] + 1) % tok.vocab_size
     with torch.no_grad():
