@@ -92,7 +92,6 @@ ENV HF_HUB_OFFLINE=1 \
     HF_HOME=/tmp/hf \
     MPLCONFIGDIR=/tmp/matplotlib \
     DVC_NO_ANALYTICS=1 \
-    MLFLOW_TRACKING_URI=sqlite:////runs/mlflow.db \
     PRH_DATA_DIR=/data \
     PRH_RUNS_DIR=/runs \
     PRH_SRC_DIR=/opt/prh/src \

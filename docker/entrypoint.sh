@@ -12,6 +12,14 @@
 set -euo pipefail
 shopt -s inherit_errexit
 
+# `docker run --user UID:GID` with any uid but the image's 1000 runs git on a snapshot (and
+# workspaces) another uid owns, which git refuses ("detected dubious ownership"); both are this
+# image's own, so trust them: git's safe.directory in a global config file of our own (the
+# GIT_CONFIG_COUNT variables would not reach the upload-pack of `git clone` from the snapshot).
+GIT_CONFIG_GLOBAL=$(mktemp "${TMPDIR:-/tmp}/prh-gitconfig.XXXXXX")
+printf '[safe]\n\tdirectory = *\n' >"${GIT_CONFIG_GLOBAL}"
+export GIT_CONFIG_GLOBAL
+
 DATA_DIR=${PRH_DATA_DIR:-/data}
 RUNS_DIR=${PRH_RUNS_DIR:-/runs}
 SRC_DIR=${PRH_SRC_DIR:-/opt/prh/src}
@@ -76,9 +84,10 @@ check_runs() {
 # MLflow and the flickr30k data there. Prints the workspace path.
 prepare_workspace() {
     local profile=$1 snapshot work
-    snapshot=$(git -C "${SRC_DIR}" rev-parse --short=12 HEAD 2>/dev/null) || fail \
+    snapshot=$(git -C "${SRC_DIR}" rev-parse --short=12 HEAD 2>&1) || fail \
         "no source snapshot (a git repository) at ${SRC_DIR}; this entrypoint runs in the image" \
-        "built from the repository's Dockerfile (docker/README.md, \"Build\")."
+        "built from the repository's Dockerfile (docker/README.md, \"Build\"). git said:" \
+        "${snapshot}"
     work="${RUNS_DIR}/workspace-${snapshot}"
     [[ -d "${work}/.git" ]] || git clone -q "${SRC_DIR}" "${work}"
     (

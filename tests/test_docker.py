@@ -218,7 +218,7 @@ def test_build_arguments_reach_labels_and_environment():
 def test_runtime_settings():
     env = key_values("ENV")
     assert env["HF_HUB_OFFLINE"] == "1" and env["DVC_NO_ANALYTICS"] == "1"
-    assert env["MLFLOW_TRACKING_URI"] == "sqlite:////runs/mlflow.db"
+    assert "MLFLOW_TRACKING_URI" not in env  # the entrypoint puts it in PRH_RUNS_DIR
     (user,) = [args for kw, args in instructions() if kw == "USER"]
     assert user.split(":")[0] not in ("0", "root")
     (volume,) = [args for kw, args in instructions() if kw == "VOLUME"]
@@ -363,3 +363,35 @@ def test_entrypoint_refuses_a_missing_runs_folder(box):
 def test_entrypoint_runs_any_other_command(box):
     out = entrypoint(box, "echo", "hello", gpu=False)
     assert (out.returncode, out.stdout) == (0, "hello\n")
+
+
+def test_entrypoint_keeps_mlflow_db_in_prh_runs_dir(box):
+    out = entrypoint(box, "world", gpu=False)
+    assert out.returncode == 0, out.stderr
+    assert f"(MLflow: sqlite:///{box['runs']}/mlflow.db)" in out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the snapshot to another uid needs root")
+def test_entrypoint_runs_a_snapshot_another_uid_owns(box):
+    """`docker run --user` with a uid other than the snapshot's: git's ownership check used to
+    stop it ("detected dubious ownership"), reported as a missing snapshot."""
+    for path in [box["src"], *box["src"].rglob("*")]:
+        os.chown(path, 4321, 4321, follow_symlinks=False)
+    out = entrypoint(box, "world", gpu=False)
+    assert out.returncode == 0, out.stderr
+    assert "profile world in" in out.stderr
+    assert (box["runs"] / f"workspace-{git_head(box['src'])}" / "params.yaml").exists()
+
+
+def test_entrypoint_shows_git_error_when_there_is_no_snapshot(box):
+    shutil.rmtree(box["src"] / ".git")
+    out = entrypoint(box, "world", gpu=False)
+    assert out.returncode == 2
+    assert "no source snapshot" in out.stderr and "git said:" in out.stderr
+    assert "not a git repository" in out.stderr
+
+
+def git_head(src: Path) -> str:
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "rev-parse",
+                           "--short=12", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
