@@ -115,7 +115,14 @@ run_pipeline() {
     printf 'prh-entrypoint: profile %s in %s (MLflow: %s)\n' \
         "${profile}" "${work}" "${MLFLOW_TRACKING_URI}" >&2
     cd "${work}"
-    dvc exp run -S "profile=${profile}" "$@"
+    # The profile is a commit of the workspace, not `dvc exp run -S profile=...`, which would
+    # leave params.yaml edited and tag every MLflow run of the paper's setup git_dirty=True.
+    if ! grep -qx "profile: ${profile}" params.yaml; then
+        sed -i "s/^profile: .*/profile: ${profile}/" params.yaml
+        git -c user.name=prh -c user.email=prh@localhost commit -q -m "profile ${profile}" \
+            params.yaml >&2
+    fi
+    dvc exp run "$@"
     printf 'prh-entrypoint: done; reports in %s/reports (audit.html, audit.pdf)\n' "${work}" >&2
 }
 

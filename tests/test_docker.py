@@ -336,8 +336,12 @@ def test_entrypoint_runs_flickr30k_by_default(box):
     assert re.fullmatch(r"workspace-[0-9a-f]{12}", work.name)
     assert (work / "data/flickr30k/raw").resolve() == box["data"].resolve()
     assert box["log"].read_text().splitlines() == [
-        f"dvc config --local cache.dir {box['runs']}/dvc-cache",
-        "dvc exp run -S profile=flickr30k"]
+        f"dvc config --local cache.dir {box['runs']}/dvc-cache", "dvc exp run"]
+    # the profile is committed in the workspace, so the runs are not tagged git_dirty
+    assert (work / "params.yaml").read_text() == "profile: flickr30k\n"
+    status = subprocess.run(["git", "-C", str(work), "status", "--porcelain",
+                             "--untracked-files=no"], capture_output=True, text=True, check=True)
+    assert status.stdout == ""
     assert f"MLflow: sqlite:///{box['runs']}/mlflow.db" in out.stderr
 
 
@@ -345,7 +349,7 @@ def test_entrypoint_runs_world_without_data_or_gpu_and_passes_options(box):
     out = entrypoint(box, "world", "-S", "seeds=[0,1,2]", gpu=False)
     assert out.returncode == 0, out.stderr
     last = box["log"].read_text().splitlines()[-1]
-    assert last == "dvc exp run -S profile=world -S seeds=[0,1,2]"
+    assert last == "dvc exp run -S seeds=[0,1,2]"  # world is params.yaml's own profile
     (work,) = box["runs"].glob("workspace-*")
     assert not (work / "data").exists()
     again = entrypoint(box, "world", gpu=False)  # the workspace is reused, not re-cloned
