@@ -60,10 +60,15 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Every Python package, torch and its nvidia-* CUDA wheels included, from the hashed lock;
-# --no-deps plus `pip check` proves the lock is complete for this interpreter.
+# --no-deps plus `pip check` proves the lock is complete for this interpreter. The lock holds
+# source archives too (antlr4-python3-runtime): they build with the lock's own setuptools,
+# installed first from its hashed entry, and --no-build-isolation, so no build step fetches an
+# unpinned, unhashed setuptools.
 COPY docker/requirements.lock /opt/prh/requirements.lock
 RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
- && pip install --require-hashes --no-deps -r /opt/prh/requirements.lock \
+ && sed -n '/^setuptools==/,/[^\\]$/p' /opt/prh/requirements.lock >/tmp/build.lock \
+ && pip install --require-hashes --no-deps -r /tmp/build.lock \
+ && pip install --require-hashes --no-deps --no-build-isolation -r /opt/prh/requirements.lock \
  && pip check \
  && python -c "import sys, torch, torchvision; \
 build = (torch.__version__, torch.version.cuda, torchvision.__version__); \

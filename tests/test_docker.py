@@ -199,11 +199,27 @@ def test_lock_holds_the_cuda_build_of_torch():
 
 def test_dockerfile_installs_from_the_lock_with_hashes_only():
     runs = " ".join(args for kw, args in instructions() if kw == "RUN")
-    assert "pip install --require-hashes --no-deps -r /opt/prh/requirements.lock" in runs
+    assert ("pip install --require-hashes --no-deps --no-build-isolation "
+            "-r /opt/prh/requirements.lock") in runs
     assert "pip check" in runs
     copies = [args for kw, args in instructions() if kw == "COPY"]
     assert "docker/requirements.lock /opt/prh/requirements.lock" in copies
     assert key_values("ENV")["PRH_LOCK_FILE"] == "/opt/prh/requirements.lock"
+
+
+def test_source_archives_build_with_the_locks_own_hashed_setuptools(tmp_path):
+    """The setuptools entry the Dockerfile cuts from the lock (its own sed, run here) is the
+    lock's pin with all its hashes, installed before the lock with --no-build-isolation."""
+    (run,) = [args for kw, args in instructions() if kw == "RUN" and "build.lock" in args]
+    cut = re.search(r"sed -n '([^']+)' /opt/prh/requirements.lock", run)[1]
+    out = subprocess.run(["sed", "-n", cut, str(LOCK)], capture_output=True, text=True,
+                         check=True).stdout
+    assert requirements([out.split()[0]]).keys() == {"setuptools"}
+    assert sorted(re.findall(r"--hash=sha256:(\w+)", out)) == sorted(read_lock()["setuptools"][1])
+    assert run.index("-r /tmp/build.lock") < run.index("--no-build-isolation -r /opt/prh/")
+    broken = subprocess.run(["sed", "-n", cut.replace("setuptools", "setuptoolz"), str(LOCK)],
+                            capture_output=True, text=True, check=True).stdout
+    assert broken == ""  # a renamed entry cuts nothing, and pip then refuses an empty file
 
 
 def test_build_arguments_reach_labels_and_environment():
