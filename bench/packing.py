@@ -10,7 +10,10 @@ is how long the views are, not what they say. For each arm, with params.yaml's f
 (prh.batches.step_groups) and prints per step the real tokens and the tokens the encoder
 computes: padded in one pass (CUDA's default), padded in two passes (CPU's default) and packed
 (`train.speed.pack`). Then it times full training steps (BERT-S, fp32, CPU) of both paths on
-one smaller batch, the same views for both.
+one smaller batch, the same views for both. `--attention` also times attention alone on one
+step's views under the three variable-length options (packed rows with a block-diagonal mask,
+SDPA on nested jagged tensors, FlexAttention with a document mask, eager as the CPU runs it)
+against padded SDPA: the measurement behind choosing packing.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="steps counted per arm")
     ap.add_argument("--time-batch", type=int, default=16, help="photos per timed step (0: skip)")
     ap.add_argument("--time-steps", type=int, default=3, help="timed steps per path and arm")
+    ap.add_argument("--attention", action="store_true",
+                    help="also time attention alone per variable-length option")
     a = ap.parse_args()
     train = yaml.safe_load(a.params.read_text())["flickr30k"]["train"]
     photos = flickr_like_photos(4 * train["batch_size"])
@@ -88,8 +93,56 @@ def main() -> None:
         r = sums / a.steps
         print(f"{arm:4s} {r[0]:7.0f} {r[1]:9.0f} {r[2]:9.0f} {r[3]:8.0f} {r[3] / r[0]:11.3f} "
               f"{r[1] / r[0]:13.3f}")
+    if a.attention:
+        time_attention(train, photos, tok)
     if a.time_batch:
         time_steps(train, photos, tok, a.time_batch, a.time_steps)
+
+
+def _ms(f, n: int) -> float:
+    f()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    return (time.perf_counter() - t0) / n * 1e3
+
+
+def time_attention(train: dict, photos: list[Photo], tok) -> None:
+    """ms of one attention call (BERT-S heads) over one step's views, per option."""
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    cfg = config(train, "good", pack=True)
+    views = view_config(cfg, tok)
+    bank = CaptionBank.build(photos, tokenize_captions(photos, tok), views, tok.pad_id)
+    tokens, mask, rows, _, segments, _ = step_groups(
+        bank, np.arange(cfg.batch_size), cfg, views, tok, np.random.default_rng(0), CPU)[0]
+    heads, width = train["model"]["heads"], train["max_len"]
+    dim = train["model"]["hidden"] // heads
+    lengths = mask.sum(-1)
+    padded = torch.randn(len(lengths), heads, mask.shape[1], dim)
+    packed = torch.randn(rows.shape[0], heads, width, dim)
+    block = segments[:, None, :, None] == segments[:, None, None, :]
+    jagged = torch.nested.nested_tensor([torch.randn(int(n), heads, dim) for n in lengths],
+                                        layout=torch.jagged).transpose(1, 2)
+    flat = segments.reshape(-1)
+
+    def same_sequence(b, h, q, k):  # FlexAttention's mask_mod: a document mask
+        return flat[b * width + q] == flat[b * width + k]
+
+    doc = create_block_mask(same_sequence, rows.shape[0], None, width, width, device="cpu")
+    print(f"attention alone, {len(lengths)} views of one good-view step ({int(lengths.sum())} "
+          f"real tokens), {heads} heads of {dim}:")
+    for name, f, n in (
+            ("padded SDPA", lambda: F.scaled_dot_product_attention(
+                padded, padded, padded, attn_mask=mask.bool()[:, None, None, :]), 3),
+            ("packed block-diagonal SDPA", lambda: F.scaled_dot_product_attention(
+                packed, packed, packed, attn_mask=block), 3),
+            ("nested jagged SDPA", lambda: F.scaled_dot_product_attention(jagged, jagged,
+                                                                          jagged), 1),
+            ("FlexAttention, document mask", lambda: flex_attention(packed, packed, packed,
+                                                                    block_mask=doc), 1)):
+        print(f"  {name:30s} {_ms(f, n):8.0f} ms")
 
 
 def time_steps(train: dict, photos: list[Photo], tok, batch: int, steps: int) -> None:
