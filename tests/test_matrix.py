@@ -47,3 +47,13 @@ def test_two_cpu_workers_train_the_matrix_concurrently_tracked_and_recorded(tmp_
     spans = [(start, end) for _, _, start, end in runs]
     running = [sum(s <= t < e for s, e in spans) for t, _ in spans]   # at each run's start
     assert max(running) == 2, spans    # two trainings side by side, never more than 2 workers
+
+
+def test_a_failed_training_stops_no_other_and_is_reported_by_its_code(tmp_path):
+    from harness.matrix import run_pool
+
+    jobs = {"train@good-0": "exit 3", "train@bad-0": "echo $CUDA_VISIBLE_DEVICES-ok",
+            "train@ntp-0": "true"}
+    codes = run_pool(jobs, ["5", "7"], {"PATH": "/usr/bin:/bin"}, tmp_path / "logs")
+    assert codes == {"train@good-0": 3, "train@bad-0": 0, "train@ntp-0": 0}
+    assert (tmp_path / "logs/train@bad-0.log").read_text().strip() in ("5-ok", "7-ok")
