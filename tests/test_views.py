@@ -19,9 +19,22 @@ from prh.views import (
     collate_ntp,
     collate_views,
     draw_views,
-    make_views,
     pack_views,
 )
+
+
+def make_views(captions_token_ids: list[list[int]], cfg: ViewConfig,
+               rng: np.random.Generator) -> list[list[int]]:
+    """cfg.n_views views of one sample, global views first: the training batch's code
+    (`choose_captions` with good views over the captions given, then `draw_views`) on one
+    sample, so the tests below can look at single views."""
+    if not captions_token_ids:
+        raise ValueError("make_views needs at least one caption")
+    tokens, lengths = caption_matrix(captions_token_ids, cfg)
+    rows = choose_captions(np.zeros(1, np.int64), np.array([len(tokens)]), cfg.n_views, True,
+                           rng)
+    view, span = draw_views(tokens, lengths, rows, cfg, rng)
+    return [view[v, 0, :span[v, 0]].tolist() for v in range(cfg.n_views)]
 
 MASK = 4
 SPECIALS = SimpleNamespace(pad_id=0, cls_id=2, sep_id=3)
