@@ -56,8 +56,8 @@ class SpeedConfig:
     checkpoint, to the same result. pack: several sequences per row of max_len tokens, each
     attending within itself only (prh.batches.pack_group), so the encoder computes on about the
     real tokens instead of every view padded to the longest; passes then do not apply and
-    pad_multiple rounds up the number of packed rows instead of the width. Loss and gradients equal the padded path's up to float rounding
-    (tests/test_train.py)."""
+    pad_multiple rounds up the number of packed rows instead of the width. Loss and gradients
+    equal the padded path's up to float rounding (tests/test_train.py)."""
 
     compile: Literal["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "none"
     passes: Literal["auto", "one", "split"] = "auto"
