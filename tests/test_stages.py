@@ -111,3 +111,34 @@ def test_run_check_validates_and_runs_nothing(tmp_path, monkeypatch, capsys):
     assert run.main(["--params", str(bad), "--check"]) == 2
     err = capsys.readouterr().err
     assert "world.eval.k = 500: mutual k-NN needs more than k test pairs" in err
+
+
+def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Four fit and three test pairs: R@5 needs more than five candidates, so the metrics
+    refuse, and align says so in one line instead of a traceback."""
+    import numpy as np
+
+    from harness.params import TRAIN_SECTIONS, load_params
+    from harness.stages import align
+    from prh.io import save_embeddings, write_json
+
+    path = write_params(tmp_path, lambda r: r["world"]["eval"].update(k=1, fit_sizes=[2]))
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for folder, width in (("runs/image", 8), ("runs/text/good-s0", 4)):
+        for split, ids in (("val", ["1", "2", "3", "4"]), ("test", ["5", "6", "7"])):
+            save_embeddings(tmp_path / folder / f"{split}.npz", ids,
+                            rng.standard_normal((len(ids), width)).astype(np.float32))
+    run = {"arm": "good", "seed": 0, "profile": "world", "mlflow_run_id": "x",
+           "train_hash": load_params(path).section_hash(*TRAIN_SECTIONS), "data_hash": "d",
+           "git_commit": "c", "git_dirty": False}
+    write_json(tmp_path / "runs/text/good-s0/run.json", run)
+    write_json(tmp_path / "runs/text/good-s0/curve.json", [])
+    assert align.main(["--params", str(path), "--arm", "good", "--seed", "0", "--image",
+                       "runs/image", "--text", "runs/text/good-s0", "--out",
+                       "runs/align/good-s0.json", "--per-query", "runs/align/good-s0.npz"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "need 1 <= k < n, got k=5" in err
+    assert err.startswith("error: runs/image/test.npz against runs/text/good-s0/test.npz")
+    assert not (tmp_path / "runs/align").exists()

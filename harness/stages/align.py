@@ -76,8 +76,12 @@ def main(argv: list[str]) -> int:
                             str(args.image / "val.npz"), str(args.image / "test.npz"))
     except ContractError as e:
         return fail(e)
-    scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
-                             fit_sizes=ev.fit_sizes)
+    try:  # the metrics refuse inputs they cannot score (e.g. unbiased CKA on too few rows)
+        scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
+                                 fit_sizes=ev.fit_sizes)
+    except ValueError as e:
+        return fail(ContractError(f"{args.image / 'test.npz'} against {args.text / 'test.npz'}:"
+                                  f" {e}"))
     metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
     for metric, outcomes in scores.per_query.items():
         ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
