@@ -81,10 +81,17 @@ def _experiment_id(mlflow: Any) -> str:
             if found.tags.get(key) != value:
                 mlflow.MlflowClient().set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
-    location = None
-    if tracking_uri().startswith("sqlite:"):
-        location = (repo_root() / "mlruns").as_uri()
-    return mlflow.create_experiment(EXPERIMENT, artifact_location=location, tags=EXPERIMENT_KIND)
+    location = None  # a server keeps its own (mlflow-artifacts:)
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):  # beside the database, which several workspaces may share
+        location = (Path(uri.removeprefix("sqlite:///")).parent / "mlruns").as_uri()
+    try:
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=location,
+                                        tags=EXPERIMENT_KIND)
+    except mlflow.exceptions.MlflowException as e:  # a run started together created it first
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
 
 
 def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
@@ -151,7 +158,9 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iter
     _unsent.clear()
     with _first_use_lock():
         experiment_id = _experiment_id(mlflow)
-    run = mlflow.start_run(run_name=name, experiment_id=experiment_id)
+    # system/* metrics (CPU, memory, disk, network; GPU where nvidia-ml-py is installed)
+    # sampled every 10 s by MLflow's monitor thread while the run lives
+    run = mlflow.start_run(run_name=name, experiment_id=experiment_id, log_system_metrics=True)
     status = "FAILED"
     try:
         for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params

@@ -128,6 +128,7 @@ RULES: list[tuple[str, Callable[[Path, str], str | None]]] = [
     (r"(PATH=\S+ )?harness run\b", lambda r, c: ran(r, c if "--check" in c else f"{c} --check")),
     (r"harness (--help|--version)$", ran),
     (r"harness diff ", lambda r, c: ran(r, c, ok=(0, 1))),
+    (r"harness launch ", lambda r, c: options_in_help(r, c, "harness launch --help")),
     (r"torchrun ", check_torchrun),
     (r"dvc exp run ", queued),
     (r"dvc queue start", lambda r, c: options_in_help(r, c, "dvc queue start --help")),

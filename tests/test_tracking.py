@@ -38,3 +38,19 @@ def test_a_local_database_needs_no_server_check(tmp_path):
     tracking.check_server(f"sqlite:///{tmp_path / 'mlflow.db'}")  # returns: nothing to reach
     with pytest.raises(ContractError, match="http://127.0.0.1:9 "):
         tracking.check_server("http://127.0.0.1:9")
+
+
+def test_artifacts_live_beside_the_database_not_in_the_first_workspace(tmp_path, monkeypatch):
+    """Two workspaces sharing one mlflow.db (the container's /runs) share its mlruns/ too."""
+    shared = tmp_path / "runs"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{shared / 'mlflow.db'}")
+    for workspace in ("ws1", "ws2"):
+        (tmp_path / workspace).mkdir()
+        monkeypatch.chdir(tmp_path / workspace)
+        (tmp_path / workspace / "curve.json").write_text(f'["{workspace}"]')
+        with tracking.tracked_run(workspace, {"w": workspace}, {}) as run:
+            tracking.log_artifacts([tmp_path / workspace / "curve.json"])
+        assert run.info.artifact_uri.startswith((shared / "mlruns").as_uri() + "/")
+        stored = Path(run.info.artifact_uri.removeprefix("file://")) / "curve.json"
+        assert stored.read_text() == f'["{workspace}"]'
+    assert not (tmp_path / "ws1" / "mlruns").exists()
