@@ -142,3 +142,18 @@ def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, mo
     assert len(err.splitlines()) == 1 and "need 1 <= k < n, got k=5" in err
     assert err.startswith("error: runs/image/test.npz against runs/text/good-s0/test.npz")
     assert not (tmp_path / "runs/align").exists()
+
+
+def test_world_stage_under_flickr30k_checks_the_inputs_and_generates_no_world(
+        tmp_path, monkeypatch, capsys):
+    path = write_params(tmp_path, lambda r: r.update(profile="flickr30k"))
+    monkeypatch.chdir(tmp_path)
+    raw = tmp_path / "data/flickr30k/raw"
+    (raw / "images").mkdir(parents=True)
+    (raw / "weights").mkdir()
+    (raw / "dataset.json").write_text("{}")
+    (raw / "weights/dinov2_vitb14.pth").write_bytes(b"")
+    assert world.main(["--params", str(path), "--inputs", str(raw),
+                       "--out", "data/world/raw"]) == 0
+    assert [p.name for p in (tmp_path / "data/world/raw").iterdir()] == [world.NOT_GENERATED]
+    assert "no world generated" in capsys.readouterr().out
