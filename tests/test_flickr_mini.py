@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,15 +15,13 @@ import pytest
 import torch
 import yaml
 from flickr_mini import build, dinov2_state
+from tiny_world import commit_all, copy_code, sh
 
 from harness.stages import contamination, image, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 RAW = Path("data/flickr30k/raw")
 WEIGHTS = RAW / "weights" / "dinov2_vitb14.pth"
-COPY = ["prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
-        ".dvc/.gitignore", ".gitignore"]
 
 
 def mini_params(raw: dict) -> dict:
@@ -198,32 +193,13 @@ def test_weights_of_another_model_stop_the_image_stage(user, capsys, timm_weight
     assert not (user / "runs").exists()
 
 
-def sh(cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, (f"{' '.join(cmd)} failed ({out.returncode}):\n"
-                                 f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
-    return out
-
-
 def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_weights):
     """From a clean checkout: the user's data and timm-layout weights, `harness run`."""
-    repo = tmp_path / "clone"
-    for item in COPY:
-        src, dst = ROOT / item, repo / item
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy2)(
-            src, dst, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                         if src.is_dir() else {}))
+    repo = copy_code(tmp_path / "clone")
     user_folder(repo, timm_weights)
-    sh(repo, "git", "init", "-q")
-    sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "clone with the user's params")
+    commit_all(repo, "clone with the user's params")
     start = time.perf_counter()
-    out = sh(repo, "harness", "run")
+    out = sh(repo, "harness", "run", OMP_NUM_THREADS=str(os.cpu_count() or 1))
     print(f"harness run on the miniature Flickr30k: {time.perf_counter() - start:.0f} s")
     assert "Running stage 'report'" in out.stdout
     summary = json.loads((repo / "data/flickr30k/prepared/summary.json").read_text())

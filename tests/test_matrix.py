@@ -4,12 +4,10 @@ does not train again, and the rest of the pipeline ends at the report."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 
 import pytest
-import yaml
-from test_pipeline import COPY, ROOT, sh, tiny_params
+from tiny_world import copy_project, sh
 
 from harness.matrix import parse_devices, worker_env
 
@@ -25,16 +23,7 @@ def test_devices_and_worker_environment():
 
 @pytest.mark.slow
 def test_two_cpu_workers_train_the_matrix_concurrently_tracked_and_recorded(tmp_path):
-    repo = tmp_path / "repo"
-    for item in COPY:
-        src, dst = ROOT / item, repo / item
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()))
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    sh(repo, "git", "init", "-q")
-    sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "tiny")
+    repo = copy_project(tmp_path / "repo")
     out = sh(repo, "harness", "matrix", "--devices", "cpu,cpu")
     assert "matrix: 6 training(s) on 2 worker(s)" in out.stdout
     assert out.stdout.count(" on CPU: done") == 6

@@ -8,47 +8,15 @@ training parameter change reruns exactly the stages that depend on it.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from tiny_world import copy_project, sh
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-COPY = ["prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
-        ".dvc/.gitignore", ".gitignore"]
 UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
-
-
-def tiny_params(raw: dict) -> dict:
-    w = raw["world"]
-    w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
-    w["data"]["vocab_size"] = 400
-    w["image"].update(epochs=1)
-    w["train"].update(epochs=2, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48,
-                      model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
-    w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40])
-    w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
-    raw["seeds"] = [0, 1]
-    return raw
-
-
-def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "OMP_NUM_THREADS": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if check and out.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-4000:]}"
-                             f"\n{out.stderr[-4000:]}")
-    return out
 
 
 def ran_stages(output: str) -> set[str]:
@@ -57,16 +25,7 @@ def ran_stages(output: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("pipeline")
-    for item in COPY:
-        src, dst = ROOT / item, repo / item
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()))
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    sh(repo, "git", "init", "-q")
-    sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "tiny pipeline")
+    repo = copy_project(tmp_path_factory.mktemp("pipeline"))
     first = sh(repo, "harness", "run")
     assert ran_stages(first.stdout) >= UPSTREAM | {"train@good-0", "report"}
     return repo

@@ -4,15 +4,13 @@ editing any of them makes `dvc status` name exactly the stages that run it."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from stage_deps import ROOT, stage_files, stage_module
+from tiny_world import copy_code, sh
 
 BIN = Path(sys.executable).parent
 MATRIX = [f"{a}-{s}" for a in ("good", "bad", "ntp") for s in (0, 1)]
@@ -68,18 +66,9 @@ def expand(stage: str) -> set[str]:
     return {f"{stage}@{m}" for m in MATRIX} if stage in ("train", "align") else {stage}
 
 
-def sh(cwd: Path, *cmd: str) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, f"{' '.join(cmd)}:\n{out.stdout}\n{out.stderr}"
-    return out.stdout
-
-
 def stale(repo: Path) -> set[str]:
     """The stages `dvc status` names."""
-    return {line.rstrip(":") for line in sh(repo, "dvc", "status").splitlines()
+    return {line.rstrip(":") for line in sh(repo, "dvc", "status").stdout.splitlines()
             if line.endswith(":") and not line.startswith((" ", "\t"))}
 
 
@@ -87,13 +76,7 @@ def stale(repo: Path) -> set[str]:
 def committed(tmp_path_factory) -> Path:
     """A scratch repository with this checkout's code, placeholder data and outputs, and
     every stage recorded in dvc.lock as it is (`dvc commit -f`): `dvc status` is clean."""
-    repo = tmp_path_factory.mktemp("deps")
-    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
-                 ".dvc/.gitignore"):
-        (repo / item).parent.mkdir(parents=True, exist_ok=True)
-        copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy2
-        copy(ROOT / item, repo / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                          if copy is shutil.copytree else {}))
+    repo = copy_code(tmp_path_factory.mktemp("deps"))
     placeholders = ["data/world/raw/dataset.json", "data/world/raw/images/000000.png",
                     "data/world/prepared/summary.json",
                     "runs/image/val.npz", "runs/results.json", "runs/theory.json",

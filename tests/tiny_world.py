@@ -39,31 +39,45 @@ def env(**extra: str) -> dict[str, str]:
     return {**out, **extra}
 
 
-def sh(cwd: Path, *cmd: str, **extra: str) -> subprocess.CompletedProcess:
-    """Run `cmd` in `cwd`; a failure raises with the end of its output."""
+def sh(cwd: Path, *cmd: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess:
+    """Run `cmd` in `cwd`; with `check`, a failure raises with the end of its output."""
     out = subprocess.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True)
-    if out.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}"
-                             f"\n{out.stderr[-3000:]}")
+    if check and out.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-4000:]}"
+                             f"\n{out.stderr[-4000:]}")
     return out
 
 
-def copy_project(repo: Path, epochs: int = 2) -> Path:
-    """The project's code, dvc.yaml and a tiny params.yaml in `repo`, committed to git."""
-    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml",
-                 ".dvc/config", ".dvc/.gitignore", ".gitignore"):
+PROJECT = ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
+           ".dvc/.gitignore", ".gitignore")
+
+
+def copy_code(repo: Path) -> Path:
+    """The project's code, templates, dvc.yaml and params.yaml copied into `repo`."""
+    for item in PROJECT:
         src, dst = ROOT / item, repo / item
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, dst)
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs)
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return repo
+
+
+def commit_all(repo: Path, message: str) -> Path:
+    """`repo` as a git work tree with everything in it committed."""
     sh(repo, "git", "init", "-q")
     sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "tiny world")
+    sh(repo, "git", "commit", "-qm", message)
     return repo
+
+
+def copy_project(repo: Path, epochs: int = 2) -> Path:
+    """The project's code, dvc.yaml and a tiny params.yaml in `repo`, committed to git."""
+    copy_code(repo)
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs)
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return commit_all(repo, "tiny world")
 
 
 def build_upstream(repo: Path) -> Path:
