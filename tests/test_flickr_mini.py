@@ -207,7 +207,11 @@ def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_
     cfg = json.loads((repo / "runs/text/good-s0/config.json").read_text())
     assert "384" in json.dumps(cfg) and "12" in json.dumps(cfg)
     results = json.loads((repo / "runs/results.json").read_text())
-    assert results["n_test"] == 11
+    assert results["n_test"] == 11 and results["data_warnings"] == summary["warnings"]
+    audit = json.loads((repo / "reports/audit.json").read_text())
+    assert audit["profile"].startswith("flickr30k variant (4 difference(s)")
+    about_data = [c for c in audit["claims"] if c["kind"] in ("flickr_measurable", "ordering")]
+    assert about_data and not [c["id"] for c in about_data if c["verdict"] == "reproduced"]
     with sqlite3.connect(repo / "mlflow.db") as db:
         rows = db.execute("select name, status from runs").fetchall()
     assert sorted(rows) == [("bad-s0", "FINISHED"), ("good-s0", "FINISHED"),

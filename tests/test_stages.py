@@ -157,3 +157,13 @@ def test_world_stage_under_flickr30k_checks_the_inputs_and_generates_no_world(
                        "--out", "data/world/raw"]) == 0
     assert [p.name for p in (tmp_path / "data/world/raw").iterdir()] == [world.NOT_GENERATED]
     assert "no world generated" in capsys.readouterr().out
+
+
+def test_the_audit_names_data_that_differs_from_the_published_split():
+    from harness.stages.audit import data_label
+
+    assert data_label("flickr30k", {"data_warnings": []}) == "flickr30k"
+    assert data_label("flickr30k", None) == "flickr30k"
+    label = data_label("flickr30k", {"data_warnings": ["11 test photos", "30 files"]})
+    assert label == "flickr30k variant (2 difference(s) from the published split)"
+    assert label != "flickr30k"  # so every claim about flickr30k is scoped, never reproduced

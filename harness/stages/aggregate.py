@@ -63,7 +63,8 @@ def main(argv: list[str]) -> int:
                            seed=ev.bootstrap_seed)
     write_json(args.out, {
         "schema": "prh.results/1", "profile": params.profile, "params_hash": params.hash,
-        "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)), **stats,
+        "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)),
+        "data_warnings": summary.get("warnings", []), **stats,
         "runs": [str(args.align_dir / f"{run_name(a, s)}.json")
                  for a, s in itertools.product(params.arms, params.seeds)]})
     if args.metrics is not None:

@@ -18,6 +18,17 @@ def read_optional(path: Path) -> Any:
     return read_json(path) if path.exists() else None
 
 
+def data_label(profile: str, results: Any) -> str:
+    """What the run measured on, as the audit compares it with a claim's data set: the profile,
+    or, when the prepare stage found the data differing from the published split (fewer test
+    photos, other captions per photo), a label saying so, so that no claim about the published
+    data set is taken as reproduced on a variant of it."""
+    warnings = (results or {}).get("data_warnings") or []
+    if not warnings:
+        return profile
+    return f"{profile} variant ({len(warnings)} difference(s) from the published split)"
+
+
 def main(argv: list[str]) -> int:
     """Audit --claims against --results, --theory and --contamination under --params; write
     the verdicts to --out."""
@@ -49,7 +60,8 @@ def main(argv: list[str]) -> int:
             check_params_hash(results, params.hash, str(args.results))
         fail_on = parse_fail_on(args.fail_on)
         registry = load_registry(args.claims)
-        doc = audit(registry, Context(registry.claims, params.profile, results,
+        doc = audit(registry, Context(registry.claims, data_label(params.profile, results),
+                                      results,
                                       read_optional(args.theory),
                                       margins=margins_from_params(args.params)))
     except ContractError as e:
