@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -40,37 +41,36 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def postgres(folder: Path) -> Iterator[str]:
-    """A fresh cluster in `folder`, listening on 127.0.0.1 only; yields its database URI
-    (database `mlflow`, no password: trust for the local user only)."""
+def postgres() -> Iterator[str]:
+    """A fresh cluster in a temporary folder of its own (outside pytest's, which other pytest
+    sessions prune and which the `postgres` user cannot enter), listening on 127.0.0.1 only;
+    yields its database URI (database `mlflow`, trust for local connections, no password)."""
     bindir = pg_bin()
     assert bindir is not None, "PostgreSQL is not installed (apt-get install postgresql)"
-    folder.mkdir(parents=True, exist_ok=True)
-    data, sock = folder / "data", folder / "sock"
-    sock.mkdir(exist_ok=True)
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-        shutil.chown(sock, "postgres")
-        folder.chmod(0o755)
-        for parent in folder.parents:  # the cluster's user must reach its folder
-            if parent.stat().st_mode & 0o001 == 0:
-                parent.chmod(parent.stat().st_mode | 0o001)
-    port = free_port()
-    subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "mlflow",
-                                 "--auth=trust", "-E", "UTF8"]),
-                   check=True, capture_output=True)
-    subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-l",
-                                 str(folder / "log"), "-w", "-o",
-                                 f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}", "start"]),
-                   check=True, capture_output=True)
-    try:
-        subprocess.run(_as_postgres([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port),
-                                     "-U", "mlflow", "mlflow"]), check=True, capture_output=True)
-        # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; the driver we ship is psycopg2
-        yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow"
-    finally:
-        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
-                                     "stop"]), capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="prh-pg-") as tmp:
+        folder = Path(tmp)
+        data, sock = folder / "data", folder / "sock"
+        sock.mkdir()
+        if os.geteuid() == 0:
+            for path in (folder, sock):
+                shutil.chown(path, "postgres")
+        port = free_port()
+        subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "mlflow",
+                                     "--auth=trust", "-E", "UTF8"]),
+                       check=True, capture_output=True)
+        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-l",
+                                     str(folder / "log"), "-w", "-o",
+                                     f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}",
+                                     "start"]), check=True, capture_output=True)
+        try:
+            subprocess.run(_as_postgres([str(bindir / "createdb"), "-h", "127.0.0.1", "-p",
+                                         str(port), "-U", "mlflow", "mlflow"]),
+                           check=True, capture_output=True)
+            # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; we ship psycopg2
+            yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow"
+        finally:
+            subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
+                                         "stop"]), capture_output=True)
 
 
 def wait_health(url: str, proc: subprocess.Popen, log: Path, seconds: float = 120) -> None:

@@ -25,7 +25,7 @@ METRICS = ("loss", "r_at_1_fit", "r_at_1_test")
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("mlflow_pg")
     (base / "artifacts").mkdir()
-    with services.postgres(base / "pg") as db, \
+    with services.postgres() as db, \
             services.mlflow_server(db, base / "artifacts") as url:
         yield {"url": url, "db": db, "artifacts": base / "artifacts"}
 
