@@ -1,0 +1,68 @@
+"""The container's Python layer without Docker: the project installed as a wheel (not
+editable) into a fresh Python 3.11 venv, its dependencies from this CI venv (the CPU
+equivalent of the image's 3.2 GB CUDA lock, which tests/test_docker.py checks statically),
+then the image's entrypoint runs the world pipeline in a clone of a source snapshot through to
+the report. Slow: `.ci/run`'s "container" section runs it."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import tiny_world
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_install(tmp: Path) -> Path:
+    """A venv holding the project's wheel only; the dependencies are reached through a .pth
+    line naming this venv's site-packages, whose own .pth files (the editable install's finder)
+    are not run, so `import harness` finds the installed copy."""
+    wheels, venv = tmp / "wheels", tmp / "venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), str(ROOT)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (wheel,) = wheels.glob("prh_rerun-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--prefix", str(venv), str(wheel)], check=True)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # console scripts on the fresh python (pip wrote them for the python that ran it); the
+    # script's folder, not the working directory, leads sys.path, as in the image
+    python = venv / "bin" / "python"
+    for tool, entry in (("harness", "harness.cli:main"), ("dvc", "dvc.cli:main")):
+        module, func = entry.split(":")
+        script = venv / "bin" / tool
+        script.write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\n"
+                          f"sys.exit({func}())\n")
+        script.chmod(0o755)
+    return venv
+
+
+def test_world_pipeline_runs_through_the_installed_package_and_the_entrypoint(tmp_path):
+    venv = fresh_install(tmp_path)
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import harness, prh; print(harness.__file__, prh.__file__)"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert str(ROOT) not in where and "site-packages" in where
+    src = tiny_world.copy_project(tmp_path / "src")  # the image's snapshot (tiny params)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = tiny_world.env(PATH=f"{venv / 'bin'}:/usr/bin:/bin", PRH_SRC_DIR=str(src),
+                         PRH_RUNS_DIR=str(runs), PRH_DATA_DIR=str(tmp_path / "data"))
+    out = subprocess.run(["bash", str(ROOT / "docker" / "entrypoint.sh"), "world"], env=env,
+                         capture_output=True, text=True, cwd=runs, timeout=1500)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (work,) = runs.glob("workspace-*")
+    assert (work / "reports" / "audit.html").stat().st_size > 0
+    assert (work / "reports" / "audit.pdf").read_bytes().startswith(b"%PDF")
+    assert "reports in" in out.stderr
+    with sqlite3.connect(runs / "mlflow.db") as con:  # PRH_RUNS_DIR holds the database
+        runs_db = con.execute("SELECT r.status, t.value FROM runs r JOIN tags t "
+                              "ON t.run_uuid = r.run_uuid AND t.key = 'git_dirty'").fetchall()
+    assert len(runs_db) == 6 and set(runs_db) == {("FINISHED", "False")}
