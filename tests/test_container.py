@@ -8,40 +8,14 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 import tiny_world
+from installed import fresh_install
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fresh_install(tmp: Path) -> Path:
-    """A venv holding the project's wheel only; the dependencies are reached through a .pth
-    line naming this venv's site-packages, whose own .pth files (the editable install's finder)
-    are not run, so `import harness` finds the installed copy."""
-    wheels, venv = tmp / "wheels", tmp / "venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(ROOT)], check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    (wheel,) = wheels.glob("prh_rerun-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--prefix", str(venv), str(wheel)], check=True)
-    site = next((venv / "lib").glob("python3.*/site-packages"))
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    # console scripts on the fresh python (pip wrote them for the python that ran it); the
-    # script's folder, not the working directory, leads sys.path, as in the image
-    python = venv / "bin" / "python"
-    for tool, entry in (("harness", "harness.cli:main"), ("dvc", "dvc.cli:main")):
-        module, func = entry.split(":")
-        script = venv / "bin" / tool
-        script.write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\n"
-                          f"sys.exit({func}())\n")
-        script.chmod(0o755)
-    return venv
 
 
 def test_world_pipeline_runs_through_the_installed_package_and_the_entrypoint(tmp_path):
