@@ -18,7 +18,7 @@ SOURCES = ("pyproject.toml", "README.md", "prh", "harness", "reports/templates")
 
 def build_wheel(tmp: Path) -> Path:
     """The project's wheel, built from a copy of the tree (no build/ left in the checkout)."""
-    src = tmp / "src"
+    src, dist = tmp / "wheel-build" / "src", tmp / "wheel-build" / "dist"
     for item in SOURCES:
         (src / item).parent.mkdir(parents=True, exist_ok=True)
         if (ROOT / item).is_dir():
@@ -26,14 +26,14 @@ def build_wheel(tmp: Path) -> Path:
         else:
             shutil.copy2(ROOT / item, src / item)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp / "dist"), str(src)], check=True)
-    return next((tmp / "dist").glob("prh_rerun-*.whl"))
+                    "-q", "-w", str(dist), str(src)], check=True)
+    return next(dist.glob("prh_rerun-*.whl"))
 
 
 def fresh_install(tmp: Path) -> Path:
     """A new venv holding the project's wheel only, with `harness` and `dvc` scripts on its own
     python (the script's folder, not the working directory, leads sys.path, as in the image)."""
-    wheel, venv = build_wheel(tmp), tmp / "venv"
+    wheel, venv = build_wheel(tmp), tmp / "wheel-build" / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3.*/site-packages"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
