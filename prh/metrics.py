@@ -9,7 +9,9 @@ Tie conventions (platonic-rep's argsort and CLIP_benchmark's topk leave ties in 
 implementation picks):
 - retrieval ranks count ties *against* the true pair (`>=`), so a collapsed encoder scores
   R@1 = 0, never 1 (the rerun article, "The scoring is careful in two places");
-- mutual k-NN breaks ties by lowest index, exactly as a stable sort by descending cosine.
+- mutual k-NN breaks ties by lowest index, exactly as a stable sort by descending cosine;
+- FOSCTTM counts a candidate as close as the true match *against* it (`<=`), so a collapsed
+  embedding scores 1, never 0.
 A score within the float64 rounding error of a dot product (d * eps * |q| |c|) is a tie: a
 difference below the rounding error of the product it comes from cannot be a win.
 """
@@ -68,21 +70,28 @@ def is_collapsed(x: np.ndarray, rtol: float = 1e-9) -> bool:
 
 
 # ----------------------------------------------------------------------------- retrieval
-def _tie_tol(q: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Rounding bound of fl(q_i . c_j) per query row: (d + 2) eps |q_i| max|c|."""
+def _tie_tol(q: np.ndarray, c: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
+    """Rounding bound of fl(q_i . c_j - shift_j) per query row: (d + 2) eps (|q_i| max|c| +
+    max|shift|)."""
     eps = np.finfo(np.float64).eps * (q.shape[1] + 2)
     cmax = np.linalg.norm(c, axis=1).max()
-    return eps * np.linalg.norm(q, axis=1) * cmax
+    tol = eps * np.linalg.norm(q, axis=1) * cmax
+    if shift is not None:
+        tol = tol + eps * np.abs(shift).max()
+    return tol
 
 
-def _ranks(q: np.ndarray, c: np.ndarray, chunk: int) -> np.ndarray:
-    """rank_i = #{j : s_ij >= s_ii - tol_i} - 1 with s = q c^T (chunked)."""
+def _ranks(q: np.ndarray, c: np.ndarray, chunk: int,
+           shift: np.ndarray | None = None) -> np.ndarray:
+    """rank_i = #{j : s_ij >= s_ii - tol_i} - 1 with s = q c^T - shift (chunked)."""
     n = q.shape[0]
-    tol = _tie_tol(q, c)
+    tol = _tie_tol(q, c, shift)
     ranks = np.empty(n, dtype=np.int64)
     for lo in range(0, n, chunk):
         hi = min(lo + chunk, n)
         s = q[lo:hi] @ c.T  # [chunk, n]
+        if shift is not None:
+            s -= shift
         true = s[np.arange(hi - lo), np.arange(lo, hi)]
         ranks[lo:hi] = (s >= (true - tol[lo:hi])[:, None]).sum(axis=1) - 1
     return ranks
@@ -109,6 +118,31 @@ def recall_at_k(queries: np.ndarray, candidates: np.ndarray, k: int = 1, *,
     """Per-query hit@k: float64 [n], 1.0 where rank_i < k (`retrieval_ranks`); R@k = mean."""
     check_k(k, np.shape(queries)[0] + 1, "recall_at_k")
     return (retrieval_ranks(queries, candidates, chunk=chunk) < k).astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- FOSCTTM
+def foscttm(a: np.ndarray, b: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
+    """Per-pair FOSCTTM ("fraction of samples closer than the true match"), both directions
+    averaged (Liu et al. 2019, UnionCom; SCOT's `calc_domainAveraged_FOSCTTM`,
+    rsinghlab/SCOT `src/evals.py`).
+
+    a: [n, d], b: [n, d] in one space, row i of each a true match. f_i is the mean of
+    #{j != i : ||a_i - b_j|| <= ||a_i - b_i||} / (n - 1) and the same from b_i among the rows
+    of a; the score is mean(f): 0 is perfect, about 0.5 random. Ties count *against* the true
+    match (`<=`, as in `retrieval_ranks`); SCOT's sorted index counts only strictly closer
+    rows, which scores a collapsed embedding a perfect 0. Here both sides collapsed score 1,
+    one side 0.75 (every candidate ties one way; the other way the ranks are a permutation).
+    On unit rows the order is the cosine order. Returns float64 [n].
+    """
+    a, b = check_pair(a, b, "a", "b")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a has width {a.shape[1]}, b {b.shape[1]}; map them into one space")
+    n = a.shape[0]
+    check_k(1, n, "foscttm")
+    # ||q - c_j||^2 = |q|^2 - (2 q.c_j - |c_j|^2): within a row, rank by 2 q.c_j - |c_j|^2
+    ab = _ranks(2 * a, b, chunk, np.einsum("ij,ij->i", b, b))
+    ba = _ranks(2 * b, a, chunk, np.einsum("ij,ij->i", a, a))
+    return (ab + ba) / (2.0 * (n - 1))
 
 
 # ----------------------------------------------------------------------------- neighbourhoods
