@@ -37,6 +37,9 @@ class EvalConfig:
     n_resamples: int = 10_000
     bootstrap_seed: int = 0
     fit_sizes: tuple[int, ...] = ()
+    gallery_sizes: tuple[int, ...] = ()  # test photos per pool; the whole split is always scored
+    gallery_draws: int = 5               # random pools per size below the whole split
+    pairfree_pool: int = 0               # train photos per side of the pair-free pools (0: off)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -48,6 +51,11 @@ class EvalConfig:
                              "e.g. 0.95 for 95%")
         if any(n < 2 for n in self.fit_sizes):
             raise ValueError(f"fit_sizes must be >= 2 pairs each, got {self.fit_sizes}")
+        if any(n < 2 for n in self.gallery_sizes) or self.gallery_draws < 1:
+            raise ValueError(f"gallery_sizes must be >= 2 photos each and gallery_draws >= 1, "
+                             f"got {self.gallery_sizes} and {self.gallery_draws}")
+        if self.pairfree_pool < 0:
+            raise ValueError(f"pairfree_pool = {self.pairfree_pool}: use 0 (off) or more photos")
 
 
 @dataclass(frozen=True)
