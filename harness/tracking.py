@@ -12,11 +12,13 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from prh.io import ContractError
+
+from .runfiles import run_name
 
 EXPERIMENT = "prh-rerun"
 # MLflow 3's UI opens GenAI views for an experiment it cannot classify; this tag (the UI's
@@ -200,17 +202,27 @@ def lost_items() -> str:
     return "; ".join(parts)
 
 
-def log_artifacts(paths: list[Path]) -> None:
-    """Files of the active run (its resolved config, its curves) as MLflow artifacts; one the
-    server does not take is named in the run's `lost` list instead of stopping the run."""
+def log_artifacts(paths: list[Path], run_id: str | None = None) -> None:
+    """Files as MLflow artifacts of run `run_id`, by default of the active run (its resolved
+    config, its curves). A file the store does not take stops nothing: it is named in the
+    active run's `lost` list, or on stderr for another run."""
     import mlflow
 
+    unsent = []
     for path in paths:
         try:
             with _quick_calls():
-                mlflow.log_artifact(str(path))
-        except Exception:
-            _unsent.append(path.name)
+                if run_id is None:
+                    mlflow.log_artifact(str(path))
+                else:
+                    mlflow.MlflowClient(tracking_uri()).log_artifact(run_id, str(path))
+        except Exception:  # MLflow raises its own, requests' or the store's errors
+            unsent.append(str(path))
+    if run_id is None:
+        _unsent.extend(Path(u).name for u in unsent)
+    elif unsent:
+        print(f"warning: MLflow {tracking_uri()} did not take {', '.join(unsent)} as "
+              f"artifacts of run {run_id}", file=sys.stderr)
 
 
 def _send_pending() -> None:
@@ -240,3 +252,106 @@ def log_epoch(metrics: dict[str, float], epoch: int) -> None:
         if _pending:
             print(f"warning: MLflow server {tracking_uri()} unreachable at epoch {epoch}; "
                   f"{len(_pending)} epoch(s) of metrics buffered", file=sys.stderr)
+
+
+ROLE = "prh.role"  # tag of the runs log_results makes: "pipeline" or "arm"
+PARENT = "mlflow.parentRunId"  # the tag MLflow's UI nests runs by
+
+
+def _scores(prefix: str, entry: Mapping[str, Any]) -> dict[str, float]:
+    """One entry of results.json (an arm's metric or a gap between arms) as flat metrics under
+    `prefix`: its seed mean or gap, seed std, and the ends of its interval over test pairs
+    (`ci_lo`, `ci_hi`) and of its two-level interval (`two_level_lo`, `two_level_hi`)."""
+    out = {f"{prefix}.{k}": float(entry[k]) for k in ("mean", "std", "diff")
+           if entry.get(k) is not None}
+    for label, ci in (("ci", entry.get("ci")), ("two_level", entry.get("two_level", {}).get("ci"))):
+        if ci is not None:
+            out[f"{prefix}.{label}_lo"], out[f"{prefix}.{label}_hi"] = float(ci[0]), float(ci[1])
+    return out
+
+
+def _find_or_create(client: Any, experiment_id: str, key: dict[str, str], name: str) -> str:
+    """The id of the run tagged with every item of `key` (created when there is none), named
+    `name`: a re-run finds the same run."""
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in key.items())
+    found = client.search_runs([experiment_id], query, max_results=1)
+    if not found:
+        return client.create_run(experiment_id, tags=key, run_name=name).info.run_id
+    client.update_run(found[0].info.run_id, name=name)
+    return found[0].info.run_id
+
+
+def _nest(client: Any, experiment_id: str, parent: str, children: list[str]) -> list[str]:
+    """Make `children` exactly the runs nested under `parent` (runs nested there before but
+    not listed are un-nested: a retrained seed replaces its old run); returns the children
+    the store does not hold."""
+    from mlflow.exceptions import MlflowException
+
+    missing = []
+    for child in children:
+        try:
+            client.set_tag(child, PARENT, parent)
+        except MlflowException as e:  # not in this store, or deleted there
+            if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            missing.append(child)
+    for run in client.search_runs([experiment_id], f"tags.`{PARENT}` = '{parent}'"):
+        if run.info.run_id not in children:
+            client.delete_tag(run.info.run_id, PARENT)
+    return missing
+
+
+def _log_scores(client: Any, run_id: str, scores: dict[str, float]) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in scores.items()])
+    client.set_terminated(run_id, "FINISHED")
+
+
+def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], str | None], *,
+                profile: str, params_hash: str, data_hash: str) -> str | None:
+    """MLflow's view of results.json (harness.stats.aggregate_runs' `stats`): one run per
+    (profile, params hash) with the gaps between arms, parent of one run per arm with each
+    metric's seed mean, std and interval ends, parent in turn of that arm's seed runs
+    (`seed_runs[arm, seed]`, the run files' `mlflow_run_id`). A re-run finds the same runs
+    by their tags and updates them. Returns the top run's id; None, with a warning, when the
+    store does not answer (results.json does not depend on it)."""
+    import mlflow
+
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    key = {ROLE: "pipeline", "profile": profile, "params_hash": params_hash}
+    try:
+        with _quick_calls():
+            with _first_use_lock():
+                experiment_id = _experiment_id(mlflow)
+            top = _find_or_create(client, experiment_id, key, f"{profile} results")
+            missing, arm_runs = [], []
+            for arm, block in stats["arms"].items():
+                seeds = block["seeds"]
+                run_id = _find_or_create(client, experiment_id, {**key, ROLE: "arm", "arm": arm},
+                                         f"{arm} (seeds {','.join(map(str, seeds))})")
+                client.set_tag(run_id, "seeds", ",".join(map(str, seeds)))
+                client.set_tag(run_id, "data_hash", data_hash)
+                ids = {s: seed_runs.get((arm, s)) for s in seeds}
+                lost = _nest(client, experiment_id, run_id, [i for i in ids.values() if i])
+                missing += [run_name(arm, s) for s, i in ids.items() if not i or i in lost]
+                _log_scores(client, run_id, {k: v for m, entry in block["metrics"].items()
+                                             for k, v in _scores(m, entry).items()})
+                arm_runs.append(run_id)
+            _nest(client, experiment_id, top, arm_runs)
+            client.set_tag(top, "data_hash", data_hash)
+            _log_scores(client, top, {k: v for g in stats["gaps"] for k, v in
+                                      _scores(f"{g['a']}-{g['b']}.{g['metric']}", g).items()})
+    except Exception as e:  # MLflow raises its own, requests' or the store's errors
+        print(f"warning: MLflow {uri} did not take the runs of results.json ({e}); "
+              "results.json is written all the same", file=sys.stderr)
+        return None
+    if missing:
+        print(f"warning: the MLflow runs of {', '.join(missing)} are not in {uri}, so their "
+              "arm's run holds their numbers without nesting them", file=sys.stderr)
+    return top

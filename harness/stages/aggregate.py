@@ -36,13 +36,14 @@ def main(argv: list[str]) -> int:
                              "JSON files (ARM.json, A-B.json) for `dvc metrics show`")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness aggregate --help` answers at once
+    from .. import tracking
     from ..flat import aggregate_metrics
     from ..stats import aggregate_runs
 
     try:
         params = load_params(args.params)
         ev = params.eval_config()
-        metrics, per_query, ids_ref = {}, {}, None
+        metrics, per_query, seed_runs, ids_ref = {}, {}, {}, None
         for arm, seed in itertools.product(params.arms, params.seeds):
             name = run_name(arm, seed)
             path = args.align_dir / f"{name}.json"
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
                 raise ContractError(f"{path}: params hash {run['run']['params_hash']} differs "
                                     f"from params.yaml's {params.hash}; rerun `harness run`")
             metrics[arm, seed] = run["metrics"]
+            seed_runs[arm, seed] = run["run"].get("mlflow_run_id")
             ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
             if ids_ref is None:
                 ids_ref = ids
@@ -61,12 +63,17 @@ def main(argv: list[str]) -> int:
     stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
                            level=ev.ci_level, n_resamples=ev.n_resamples,
                            seed=ev.bootstrap_seed)
+    # MLflow's view: a run per arm with the seed runs nested, under a run with the gaps
+    run_id = tracking.log_results(stats, seed_runs, profile=params.profile,
+                                  params_hash=params.hash, data_hash=summary["data_hash"])
     write_json(args.out, {
         "schema": "prh.results/1", "profile": params.profile, "params_hash": params.hash,
-        "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)),
+        "data_hash": summary["data_hash"], "n_test": int(len(ids_ref)), "mlflow_run_id": run_id,
         "data_warnings": summary.get("warnings", []), **stats,
         "runs": [str(args.align_dir / f"{run_name(a, s)}.json")
                  for a, s in itertools.product(params.arms, params.seeds)]})
+    if run_id is not None:
+        tracking.log_artifacts([args.out], run_id)
     if args.metrics is not None:
         with atomic_dir(args.metrics) as tmp:
             for name, flat in aggregate_metrics(stats).items():

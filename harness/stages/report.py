@@ -1,5 +1,6 @@
 """Stage `report`: the paper-vs-rerun report as one HTML file and a PDF of the same HTML
-(context from harness.report, rendering by harness.render)."""
+(context from harness.report, rendering by harness.render), also logged as MLflow artifacts
+of the run that results.json names (the aggregate stage's run of the whole pipeline)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def main(argv: list[str]) -> int:
                              "PDF runs off a page (for CI)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness report --help` answers at once
+    from .. import tracking
     from ..render import render, write_pdf
-    from ..report import ReportPaths, build_context
+    from ..report import SCHEMAS, ReportPaths, build_context, load_input
 
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
                                     args.audit, args.params, args.provenance, args.prepared))
@@ -52,4 +54,8 @@ def main(argv: list[str]) -> int:
         print(f"harness report: warning: {args.pdf} {line}", file=sys.stderr)
     if args.checklist is not None:
         write_json(args.checklist, ctx["checklist"])
+    results, _ = load_input(args.results, "aggregate", SCHEMAS["results"])
+    if (results or {}).get("mlflow_run_id"):
+        tracking.log_artifacts([p for p in (args.html, args.pdf, args.checklist) if p],
+                               results["mlflow_run_id"])
     return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"] or off) else 0
