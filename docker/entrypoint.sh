@@ -25,6 +25,10 @@ RUNS_DIR=${PRH_RUNS_DIR:-/runs}
 SRC_DIR=${PRH_SRC_DIR:-/opt/prh/src}
 IMAGE=${PRH_IMAGE_NAME:-prh-rerun}
 
+# The code the image installed from its snapshot (the stages run that copy, DVC hashes the
+# workspace's): prh/, harness/ and the report templates, which install as harness/templates.
+CODE_DIRS=(prh harness reports/templates)
+
 # What the flickr30k profile reads, relative to /data, which becomes data/flickr30k/raw in the
 # workspace (dvc.yaml: raw/dataset.json, raw/images; params.yaml: flickr30k.image.weights).
 FLICKR30K_FILES=(dataset.json images weights/dinov2_vitb14.pth)
@@ -80,6 +84,24 @@ check_runs() {
     fi
 }
 
+# Refuse to run when the workspace's code (committed or not) differs from the snapshot's: DVC
+# would hash the edited files while the stages run the installed copy, recording results
+# against code that did not produce them.
+check_code() {
+    local work=$1 snapshot changed
+    snapshot=$(git -C "${SRC_DIR}" rev-parse HEAD)
+    changed=$({
+        git -C "${work}" diff --name-only "${snapshot}" -- "${CODE_DIRS[@]}"
+        git -C "${work}" ls-files --others --exclude-standard -- "${CODE_DIRS[@]}"
+    } | sort -u)
+    [[ -z "${changed}" ]] && return 0
+    fail "the code in ${work} differs from the copy the image installed and the stages run:" \
+        "  ${changed//$'\n'/$'\n'  }" \
+        "DVC would record results against edits that did not produce them. Rebuild the image" \
+        "from the edited checkout (docker/README.md, \"Build\"), or undo the edits; see them with" \
+        "  git -C ${work} diff ${snapshot:0:12} -- ${CODE_DIRS[*]}"
+}
+
 # Clone the source snapshot into a workspace under RUNS_DIR (once per snapshot) and point DVC,
 # MLflow and the flickr30k data there. Prints the workspace path.
 prepare_workspace() {
@@ -110,6 +132,7 @@ run_pipeline() {
         check_gpu
     fi
     work=$(prepare_workspace "${profile}")
+    check_code "${work}"
     export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///${RUNS_DIR}/mlflow.db}
     export DVC_NO_ANALYTICS=1
     printf 'prh-entrypoint: profile %s in %s (MLflow: %s)\n' \
