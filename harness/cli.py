@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
     "train": ("harness.stages.train:main", "train one text arm for one seed, tracked in MLflow"),
     "align": ("harness.stages.align:main", "align one text run to the image embeddings, score it"),
+    "probe": ("harness.stages.probe:main",
+              "short trainings: the SIGReg-weight sweep and a same-seed repeat"),
     "theory": ("harness.stages.theory:main", "the theory checks (threshold grid, bound)"),
     "contamination": ("harness.stages.contamination:main",
                       "evaluation captions/images found in training"),

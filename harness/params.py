@@ -21,7 +21,7 @@ from prh.io import ContractError, read_yaml
 TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depends on
 
 PROFILES = ("world", "flickr30k")
-SECTIONS = ("data", "image", "train", "eval", "theory")
+SECTIONS = ("data", "image", "train", "eval", "probe", "theory")
 
 
 class ParamsError(ContractError):
@@ -30,13 +30,15 @@ class ParamsError(ContractError):
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Scoring knobs: k of mutual k-NN, bootstrap level/resamples/seed, fit-size curve points."""
+    """Scoring knobs: k of mutual k-NN, bootstrap level/resamples/seed, fit-size curve points,
+    permutations of the null that mutual k-NN and CKA are calibrated against (0: off)."""
 
     k: int = 10
     ci_level: float = 0.95
     n_resamples: int = 10_000
     bootstrap_seed: int = 0
     fit_sizes: tuple[int, ...] = ()
+    n_permutations: int = 999
     gallery_sizes: tuple[int, ...] = ()  # test photos per pool; the whole split is always scored
     gallery_draws: int = 5               # random pools per size below the whole split
     pairfree_pool: int = 0               # train photos per side of the pair-free pools (0: off)
@@ -56,6 +58,30 @@ class EvalConfig:
                              f"got {self.gallery_sizes} and {self.gallery_draws}")
         if self.pairfree_pool < 0:
             raise ValueError(f"pairfree_pool = {self.pairfree_pool}: use 0 (off) or more photos")
+        if self.n_permutations != 0 and self.n_permutations < 19:  # prh.calibrate's minimum
+            raise ValueError(f"n_permutations = {self.n_permutations}: use 0 (off) or at least "
+                             "19, the fewest whose smallest p-value 1/(K+1) reaches .05")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """The probe stage's short trainings (harness.stages.probe): arms, seed, epochs, SIGReg
+    weights; all assumed by us, and the report prints them beside each panel. No arms: off."""
+
+    arms: tuple[str, ...] = ("good", "bad")
+    seed: int = 0
+    epochs: int = 5
+    lambdas: tuple[float, ...] = (0.005, 0.02, 0.08)
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs = {self.epochs}: train the probes for at least 1 epoch")
+        from prh.config import ARMS
+
+        if set(self.arms) - set(ARMS):
+            raise ValueError(f"arms = {list(self.arms)}: use arms from {list(ARMS)}")
+        if not self.lambdas or min(self.lambdas) < 0:
+            raise ValueError(f"lambdas = {list(self.lambdas)}: give one or more weights >= 0")
 
 
 @dataclass(frozen=True)

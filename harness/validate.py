@@ -10,7 +10,7 @@ from prh.image import ImageConfig
 from prh.train_config import TrainConfig
 from prh.world import COLOURS, COUNTS, OBJECTS, RELATIONS, TEMPLATES, WorldConfig
 
-from .params import EvalConfig, Params, ParamsError
+from .params import EvalConfig, Params, ParamsError, ProbeConfig
 
 
 def validate_params(params: Params) -> None:
@@ -26,6 +26,7 @@ def validate_params(params: Params) -> None:
              for arm in params.arms]
     ev = params.eval_config()
     params.theory_config()
+    params.config(ProbeConfig, "probe")
     problems = combination_problems(params.profile, world, train[0], ev)
     if problems:
         raise ParamsError(f"{params.path}: settings that cannot work together:\n  "

@@ -12,7 +12,12 @@ nuisance) at a size that trains on two CPU cores:
   captions) do not (Prop. 3, in the rerun article's "What the paper proves": a bad view
   spends directions on nuisance exactly when its correlation exceeds the k-th world one);
 - an image renders the scene as coloured shapes, with its own nuisance: position jitter,
-  colour noise, background tint and pixel noise.
+  colour noise, background tint and pixel noise;
+- `regularity` gives the world the co-occurrence structure real scenes have (dogs are mostly
+  brown, kites fly above houses): with that probability each dependent factor takes its
+  parent's typical value (object A's colour, object B's companion kind and colour) instead of
+  a uniform draw. At 0 every factor is independent and uniform, so no caption word predicts
+  another content word and a next-token objective has no content to learn, only wording.
 
 The output is the Karpathy-split JSON that Flickr30k uses, plus PNG files, so both data sets
 go through the same reader and the same stages. Knobs are the paper's quantities and are never
@@ -83,6 +88,7 @@ class WorldConfig:
     colour_noise: float = 0.02   # image nuisance: per-object colour perturbation (fraction)
     pixel_noise: float = 0.01    # image nuisance: per-pixel Gaussian noise (fraction)
     background: float = 0.0      # image nuisance: background shade spread (0 = plain grey)
+    regularity: float = 0.0      # P(a dependent factor takes its parent's typical value)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:
@@ -105,14 +111,41 @@ class WorldConfig:
         for key in ("style_strength", "jitter", "colour_noise", "pixel_noise", "background"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")
+        if not 0 <= self.regularity <= 1:
+            raise ValueError(f"{where}.regularity: a probability in [0, 1], got "
+                             f"{self.regularity}")
+
+
+def typical_colour(obj: int, cfg: WorldConfig) -> int:
+    """The colour an object kind mostly has under `regularity`: kind k -> colour k mod n."""
+    return obj % cfg.n_colours
+
+
+def typical_companion(obj: int, cfg: WorldConfig) -> int:
+    """The kind object A mostly appears with under `regularity`: kind k -> kind k + 1 mod n."""
+    return (obj + 1) % cfg.n_objects
 
 
 def sample_scene(cfg: WorldConfig, rng: np.random.Generator) -> dict[str, int]:
-    """One hidden state: two distinct object kinds, their colours, a count and a relation."""
+    """One hidden state: two distinct object kinds, their colours, a count and a relation.
+
+    Under `regularity` r > 0, object B is A's typical companion, and each colour its object's
+    typical colour, each with probability r (drawn in that order); at r = 0 the draws are
+    exactly the independent uniform ones (the random stream is unchanged).
+    """
     oa, ob = rng.choice(cfg.n_objects, size=2, replace=False)
-    return {"obj_a": int(oa), "col_a": int(rng.integers(cfg.n_colours)),
-            "count_a": int(rng.integers(cfg.n_counts)), "rel": int(rng.integers(cfg.n_relations)),
-            "obj_b": int(ob), "col_b": int(rng.integers(cfg.n_colours))}
+    col_a, count_a = int(rng.integers(cfg.n_colours)), int(rng.integers(cfg.n_counts))
+    rel, col_b = int(rng.integers(cfg.n_relations)), int(rng.integers(cfg.n_colours))
+    if cfg.regularity > 0:
+        typical = rng.random(3) < cfg.regularity
+        if typical[0]:
+            ob = typical_companion(int(oa), cfg)
+        if typical[1]:
+            col_a = typical_colour(int(oa), cfg)
+        if typical[2]:
+            col_b = typical_colour(int(ob), cfg)
+    return {"obj_a": int(oa), "col_a": col_a, "count_a": count_a, "rel": rel,
+            "obj_b": int(ob), "col_b": col_b}
 
 
 def sample_style(cfg: WorldConfig, rng: np.random.Generator) -> dict[str, int]:

@@ -19,6 +19,8 @@ from prh.world import (
     render_caption,
     sample_scene,
     sample_style,
+    typical_colour,
+    typical_companion,
     write_world,
 )
 
@@ -66,6 +68,41 @@ def test_caption_names_the_scene_and_carries_exactly_its_voice(seed, strength):
     assert len(fillers) == strength and set(fillers) <= voice
 
 
+def _typical_shares(cfg: WorldConfig, n: int = 4000) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    scenes = [sample_scene(cfg, rng) for _ in range(n)]
+    return np.mean([[s["obj_b"] == typical_companion(s["obj_a"], cfg),
+                     s["col_a"] == typical_colour(s["obj_a"], cfg),
+                     s["col_b"] == typical_colour(s["obj_b"], cfg)] for s in scenes], axis=0)
+
+
+@pytest.mark.parametrize("r", [0.0, 0.5, 1.0])
+def test_regularity_is_the_share_of_typical_factors(r):
+    """P(typical) = r + (1 - r) / choices: B's kind has n_objects - 1 choices, a colour
+    n_colours; within 4 binomial SE over 4,000 scenes."""
+    cfg = WorldConfig(regularity=r)
+    n = 4000
+    expect = [r + (1 - r) / (cfg.n_objects - 1), r + (1 - r) / cfg.n_colours,
+              r + (1 - r) / cfg.n_colours]
+    # col_b: a uniform draw still hits B's typical colour 1 / n_colours of the time
+    got = _typical_shares(cfg, n)
+    se = np.sqrt(np.array(expect) * (1 - np.array(expect)) / n)
+    assert np.all(np.abs(got - expect) <= 4 * se + 1e-12), (got, expect)
+
+
+def test_regularity_zero_keeps_the_independent_world():
+    """r = 0 draws nothing extra: the same scenes as a world without the knob's draws."""
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    cfg = WorldConfig()
+    for _ in range(50):
+        oa, ob = rng_b.choice(cfg.n_objects, size=2, replace=False)
+        want = {"obj_a": int(oa), "col_a": int(rng_b.integers(cfg.n_colours)),
+                "count_a": int(rng_b.integers(cfg.n_counts)),
+                "rel": int(rng_b.integers(cfg.n_relations)), "obj_b": int(ob),
+                "col_b": int(rng_b.integers(cfg.n_colours))}
+        assert sample_scene(cfg, rng_a) == want
+
+
 def test_interrupted_generation_leaves_no_output(tmp_path):
     with pytest.raises(RuntimeError):
         with atomic_dir(tmp_path / "w") as tmp:
@@ -78,6 +115,7 @@ def test_interrupted_generation_leaves_no_output(tmp_path):
 @pytest.mark.parametrize("key,value,needle", [
     ("n_objects", 99, "n_objects: must be in [1, 12]"),
     ("style_strength", -1, "style_strength: must be >= 0"),
+    ("regularity", 1.5, "regularity: a probability in [0, 1]"),
     ("n_train", 1.5, "n_train=1.5 has type float; expected int"),
     ("colours", 3, "unknown key(s) ['colours']"),
 ])

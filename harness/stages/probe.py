@@ -1,0 +1,150 @@
+"""Stage `probe`: what shakes a headline number, and whether a seed reproduces itself.
+
+Two probes on short trainings (`probe.epochs`, scaled down from the main runs' `train.epochs`
+so the main job keeps its budget; the report says so beside every panel):
+- the SIGReg weight: each JEPA arm of `probe.arms` trained at every `probe.lambdas` value
+  (the next-token arm has no SIGReg term and is skipped), scored like the align stage;
+- determinism: the first arm at the configured `train.lamb` trained twice with the same seed
+  in two fresh folders; the largest absolute difference of every per-epoch metric, every
+  final score, the embeddings and the weights. On CPU bit-identical (0.0) is expected; a GPU
+  run records its own figure (cuDNN and atomics may differ run to run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prh.io import ContractError, read_json, write_json
+
+from ..params import ProbeConfig
+from .common import fail, preflight, stage_parser
+
+
+def short_config(train_cfg: Any, probe: ProbeConfig, lamb: float | None) -> Any:
+    """The main run's TrainConfig with the probe's epochs (warm-up capped to them) and lambda."""
+    out = dataclasses.replace(train_cfg, epochs=probe.epochs,
+                              warmup_epochs=min(train_cfg.warmup_epochs, probe.epochs),
+                              eval_every=probe.epochs)
+    return out if lamb is None else dataclasses.replace(out, lamb=lamb)
+
+
+def max_abs_diff(a: Any, b: Any) -> float:
+    """Largest |a - b| over two equal-shaped arrays (inf when the shapes differ)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b), initial=0.0)) if a.shape == b.shape else float("inf")
+
+
+def run_differences(first: dict[str, Any], second: dict[str, Any]) -> dict[str, float]:
+    """Largest absolute difference per metric between two runs of one seed: every per-epoch
+    curve metric (over epochs), every final score, the embeddings and the weights."""
+    out: dict[str, float] = {}
+    curve_a, curve_b = first["curve"], second["curve"]
+    for key in sorted({k for row in curve_a for k in row} - {"epoch"}):
+        out[f"curve.{key}"] = max_abs_diff([r.get(key, np.nan) for r in curve_a],
+                                           [r.get(key, np.nan) for r in curve_b])
+    for key in sorted(first["scores"]):
+        out[f"final.{key}"] = max_abs_diff(first["scores"][key], second["scores"][key])
+    out["embeddings"] = max(max_abs_diff(first["emb"][s], second["emb"][s])
+                            for s in first["emb"])
+    out["weights"] = max(max_abs_diff(first["weights"][k], second["weights"][k])
+                         for k in first["weights"])
+    return out
+
+
+def train_and_score(cfg: Any, photos: dict[str, list], tokenizer: Any, image: dict,
+                    work: Path, k: int) -> dict[str, Any]:
+    """Train one short run in `work`, embed the fit and test captions, score the alignment."""
+    from prh.align import score_alignment
+    from prh.checkpoint import read_checkpoint
+    from prh.encode_text import load_text_encoder
+    from prh.train import train_text_encoder
+
+    from .train import eval_captions
+
+    train_text_encoder(cfg, photos["train"], tokenizer, work, progress=False)
+    encode = load_text_encoder(work)
+    emb = {split: encode(eval_captions(photos[split])) for split in ("val", "test")}
+    scores = score_alignment(image["val"], emb["val"], image["test"], emb["test"], k=k,
+                             seed=cfg.seed)
+    net = read_checkpoint(work / "checkpoint.pt")["net"]
+    return {"scores": scores.metrics, "curve": read_json(work / "curve.json"), "emb": emb,
+            "weights": {name: t.float().numpy() for name, t in net.items()}}
+
+
+def main(argv: list[str]) -> int:
+    """Train the probes of params.yaml's `probe` section on --dataset (tokenizer from
+    --prepared, scored against --image) in a scratch folder; write the lambda sweep and the
+    determinism check to --out (JSON)."""
+    parser = stage_parser("probe", main.__doc__)
+    parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
+    parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
+    parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
+    parser.add_argument("--out", type=Path, required=True, help="probe results, JSON")
+    args = parser.parse_args(argv)
+    # imported after parsing, so `harness probe --help` answers at once
+    from prh.data import load_karpathy
+    from prh.io import check_same_ids, load_embeddings
+    from prh.tokenizer import Tokenizer
+    from prh.train_config import TrainConfig
+
+    try:
+        params = preflight(args.params, args.dataset.parent)
+        probe = params.config(ProbeConfig, "probe")
+        ev = params.eval_config()
+        corpus = load_karpathy(args.dataset, min_captions=1)
+        tokenizer = Tokenizer.load(args.prepared / "tokenizer")
+        photos = {s: corpus.split(s) for s in ("train", "val", "test")}
+        image = {}
+        for split in ("val", "test"):
+            ids, image[split], _ = load_embeddings(args.image / f"{split}.npz")
+            check_same_ids(ids, np.array([p.id for p in photos[split]]),
+                           str(args.image / f"{split}.npz"), f"{args.dataset} {split} split")
+        configs = {arm: params.config(TrainConfig, "train", arm=arm, seed=probe.seed)
+                   for arm in probe.arms}
+    except ContractError as e:
+        return fail(e)
+    if not probe.arms:
+        write_json(args.out, {"schema": "prh.probe/1", "profile": params.profile,
+                              "params_hash": params.hash, "skipped": "probe.arms is empty"})
+        print("probe: off (probe.arms is empty in params.yaml)")
+        return 0
+    sweep: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="prh-probe-") as scratch:
+        runs = {}
+        for arm in probe.arms:
+            for lamb in ((None,) if arm == "ntp" else probe.lambdas):
+                key = f"{arm}-{'none' if lamb is None else lamb}"
+                runs[key] = train_and_score(short_config(configs[arm], probe, lamb), photos,
+                                            tokenizer, image, Path(scratch) / key, ev.k)
+                sweep.append({"arm": arm, "lamb": lamb, **{
+                    m: runs[key]["scores"][m] for m in ("r_at_1", "r_at_5", f"mknn{ev.k}",
+                                                        "chance_r_at_1")}})
+                print(f"probe: {arm} lambda {lamb} R@1 {runs[key]['scores']['r_at_1']:.3f}",
+                      flush=True)
+        arm = probe.arms[0]
+        lamb = None if arm == "ntp" else configs[arm].lamb
+        cfg = short_config(configs[arm], probe, lamb)
+        first = runs.get(f"{arm}-{'none' if lamb is None else lamb}") or train_and_score(
+            cfg, photos, tokenizer, image, Path(scratch) / "first", ev.k)
+        second = train_and_score(cfg, photos, tokenizer, image, Path(scratch) / "repeat", ev.k)
+    import torch
+
+    diffs = run_differences(first, second)
+    worst = max(diffs.values())
+    write_json(args.out, {
+        "schema": "prh.probe/1", "profile": params.profile, "params_hash": params.hash,
+        "probe": dataclasses.asdict(probe), "main_epochs": configs[probe.arms[0]].epochs,
+        "lambda_sweep": sweep,
+        "determinism": {"arm": arm, "seed": probe.seed, "lamb": lamb, "epochs": probe.epochs,
+                        "device": ("cuda" if cfg.device == "auto" and torch.cuda.is_available()
+                                   else "cpu" if cfg.device == "auto" else cfg.device),
+                        "torch": torch.__version__, "max_abs_diff": diffs,
+                        "bit_identical": worst == 0.0}})
+    print(f"probe: same seed twice, largest absolute difference {worst:.3g} "
+          f"({'bit-identical' if worst == 0.0 else 'not bit-identical'})")
+    return 0

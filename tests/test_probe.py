@@ -1,0 +1,75 @@
+"""The probe stage: the lambda sweep's rows and the same-seed repeat, on a tiny world."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params
+
+from harness.params import ProbeConfig
+from harness.stages.probe import run_differences, short_config
+from prh.train_config import TrainConfig
+
+
+def _run(scale: float = 1.0) -> dict:
+    return {"curve": [{"epoch": 1, "loss": 2.0 * scale, "r_at_1_test": 0.1},
+                      {"epoch": 2, "loss": 1.5, "r_at_1_test": 0.2}],
+            "scores": {"r_at_1": 0.25, "mknn10": 0.125},
+            "emb": {"val": np.ones((3, 2)), "test": np.zeros((2, 2))},
+            "weights": {"w": np.arange(4.0)}}
+
+
+def test_identical_runs_differ_by_zero_everywhere():
+    diffs = run_differences(_run(), _run())
+    assert diffs == {"curve.loss": 0.0, "curve.r_at_1_test": 0.0, "final.mknn10": 0.0,
+                     "final.r_at_1": 0.0, "embeddings": 0.0, "weights": 0.0}
+
+
+def test_one_changed_value_is_the_largest_difference_of_its_metric():
+    other = _run(scale=1.25)  # epoch 1's loss 2.5 against 2.0
+    other["weights"]["w"] = np.array([0.0, 1.0, 2.0, 3.0 + 1e-7])
+    other["emb"]["test"] = np.full((2, 2), -0.5)
+    diffs = run_differences(_run(), other)
+    assert diffs["curve.loss"] == pytest.approx(0.5, abs=0)
+    assert diffs["weights"] == pytest.approx(1e-7, rel=1e-6)
+    assert diffs["embeddings"] == 0.5 and diffs["final.r_at_1"] == 0.0
+
+
+def test_short_config_changes_only_epochs_warmup_eval_and_lambda():
+    cfg = TrainConfig(epochs=20, warmup_epochs=8, eval_every=2, lamb=0.02)
+    short = short_config(cfg, ProbeConfig(epochs=5), 0.08)
+    assert (short.epochs, short.warmup_epochs, short.eval_every, short.lamb) == (5, 5, 5, 0.08)
+    assert short_config(cfg, ProbeConfig(epochs=5), None).lamb == 0.02
+    assert short.views == cfg.views and short.model == cfg.model and short.seed == cfg.seed
+
+
+@pytest.mark.parametrize("section, needle", [
+    ({"arms": ["good", "clip"]}, "use arms from"),
+    ({"epochs": 0}, "at least 1 epoch"),
+    ({"lambdas": [-0.1]}, "weights >= 0"),
+])
+def test_bad_probe_section_names_the_problem(section, needle):
+    with pytest.raises(ValueError, match=needle):
+        ProbeConfig(**{**ProbeConfig().__dict__, **section}).validate()
+
+
+def test_probe_stage_sweeps_lambda_and_repeats_a_seed_bit_identically(tmp_path):
+    repo = copy_code(tmp_path / "repo")
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
+    raw["world"]["probe"].update(arms=["good", "ntp"], epochs=1, lambdas=[0.0, 0.02])
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    build_upstream(commit_all(repo, "tiny"))
+    sh(repo, "harness", "probe", "--params", "params.yaml", "--dataset",
+       "data/world/raw/dataset.json", "--prepared", "data/world/prepared", "--image",
+       "runs/image", "--out", "runs/probe.json")
+    out = json.loads((repo / "runs/probe.json").read_text())
+    assert [(r["arm"], r["lamb"]) for r in out["lambda_sweep"]] == [
+        ("good", 0.0), ("good", 0.02), ("ntp", None)]
+    assert all(r["chance_r_at_1"] == pytest.approx(1 / 40) for r in out["lambda_sweep"])
+    det = out["determinism"]
+    assert (det["arm"], det["lamb"], det["device"]) == ("good", 0.02, "cpu")
+    assert det["bit_identical"] and set(det["max_abs_diff"].values()) == {0.0}
+    assert {"weights", "embeddings", "final.r_at_1", "curve.loss"} <= set(det["max_abs_diff"])
