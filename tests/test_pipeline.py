@@ -36,8 +36,9 @@ def test_main_job_writes_both_reports_and_one_finished_mlflow_run_per_arm_seed(p
     assert (pipeline / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         rows = db.execute("select name, status from runs").fetchall()
-    assert sorted(rows) == sorted((f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp")
-                                  for s in (0, 1))
+    seeds = [(f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp") for s in (0, 1)]
+    arms = [(f"{a} (seeds 0,1)", "FINISHED") for a in ("good", "bad", "ntp")]
+    assert sorted(rows) == sorted(seeds + arms + [("world results", "FINISHED")])
     html = (pipeline / "reports/audit.html").read_text()
     results = json.loads((pipeline / "runs/results.json").read_text())
     for arm in ("good", "bad", "ntp"):
