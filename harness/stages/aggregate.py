@@ -36,6 +36,8 @@ def main(argv: list[str]) -> int:
                              "JSON files (ARM.json, A-B.json) for `dvc metrics show`")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness aggregate --help` answers at once
+    from prh.gallery import curve_over_seeds
+
     from .. import tracking
     from ..flat import aggregate_metrics
     from ..stats import aggregate_runs
@@ -44,6 +46,7 @@ def main(argv: list[str]) -> int:
         params = load_params(args.params)
         ev = params.eval_config()
         metrics, per_query, seed_runs, ids_ref = {}, {}, {}, None
+        curves: dict[str, dict[str, list]] = {}  # arm -> seed -> the run's gallery curve
         for arm, seed in itertools.product(params.arms, params.seeds):
             name = run_name(arm, seed)
             path = args.align_dir / f"{name}.json"
@@ -52,6 +55,10 @@ def main(argv: list[str]) -> int:
                 raise ContractError(f"{path}: params hash {run['run']['params_hash']} differs "
                                     f"from params.yaml's {params.hash}; rerun `harness run`")
             metrics[arm, seed] = run["metrics"]
+            if "gallery_curve" not in run:
+                raise ContractError(f"{path}: no gallery_curve; rerun its align stage "
+                                    "(`harness run`)")
+            curves.setdefault(arm, {})[str(seed)] = run["gallery_curve"]
             seed_runs[arm, seed] = run["run"].get("mlflow_run_id")
             ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
             if ids_ref is None:
@@ -60,9 +67,15 @@ def main(argv: list[str]) -> int:
         summary = read_json(args.prepared / "summary.json")
     except ContractError as e:
         return fail(e)
+    try:  # each arm's gallery-size curve over its seeds (prh.gallery)
+        gallery = {arm: curve_over_seeds(curves[arm]) for arm in params.arms}
+    except ValueError as e:
+        return fail(ContractError(f"{args.align_dir}: {e}"))
     stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
                            level=ev.ci_level, n_resamples=ev.n_resamples,
                            seed=ev.bootstrap_seed)
+    for arm in params.arms:
+        stats["arms"][arm]["gallery_curve"] = gallery[arm]
     # MLflow's view: a run per arm with the seed runs nested, under a run with the gaps
     run_id = tracking.log_results(stats, seed_runs, profile=params.profile,
                                   params_hash=params.hash, data_hash=summary["data_hash"])

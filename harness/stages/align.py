@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from prh.io import ContractError, atomic_path, read_json, write_json
+from prh.io import ContractError, atomic_path, load_embeddings, read_json, write_json
 
 from ..params import TRAIN_SECTIONS, load_params
 from ..runfiles import RUN_SCHEMA, run_name
@@ -52,7 +52,14 @@ def main(argv: list[str]) -> int:
                         help="folder for the epoch and fit-size curves as `dvc plots` files")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness align --help` answers at once
-    from prh.align import check_disjoint, check_scoring_sizes, load_split, score_alignment
+    from prh.align import (
+        check_disjoint,
+        check_scoring_sizes,
+        fit_procrustes,
+        load_split,
+        score_alignment,
+    )
+    from prh.gallery import gallery_curve, photo_index, score_captions
 
     from ..flat import curve_rows, run_metrics
     from ..stats import bootstrap_ci
@@ -82,6 +89,20 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         return fail(ContractError(f"{args.image / 'test.npz'} against {args.text / 'test.npz'}:"
                                   f" {e}"))
+    captions = args.text / "test_captions.npz"  # every caption of each test photo
+    try:  # the same map against all captions, and as the pool grows (prh.gallery)
+        cap_ids, txt_all, _ = load_embeddings(captions)
+        photo = photo_index(cap_ids, ids_test)
+        pmap = fit_procrustes(img_fit, txt_fit)
+        scores.per_query.update(score_captions(pmap, img_test, txt_all, photo, ev.k))
+        gallery = gallery_curve(pmap, img_test, txt_test, txt_all, photo, k=ev.k,
+                                sizes=ev.gallery_sizes, draws=ev.gallery_draws,
+                                seed=ev.bootstrap_seed)
+    except ContractError as e:
+        return fail(e)
+    except ValueError as e:
+        return fail(ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
+                                  f"`dvc repro train@{args.arm}-{args.seed}`"))
     metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
     for metric, outcomes in scores.per_query.items():
         ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
@@ -100,7 +121,7 @@ def main(argv: list[str]) -> int:
                                        "data_hash", "git_commit", "git_dirty")},
                 "params_hash": params.hash},
         "environment": run.get("environment", {}),
-        "metrics": metrics, "fit_size_curve": scores.fit_size_curve,
+        "metrics": metrics, "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
         "curve": read_json(args.text / "curve.json"),
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
         "per_query": out_npz.name})

@@ -1,5 +1,6 @@
 """Stage `train@ARM-SEED`: train one text arm for one seed (tracked in MLflow, resumable from
-its work folder), then embed the fit and test captions."""
+its work folder), then embed the fit and test captions, every caption of the test photos and
+the text side of the pair-free pools."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ from .prepare import data_hash
 def eval_captions(photos: list[Any]) -> list[str]:
     """The evaluation caption of a photo: its first sentence (assumed by us)."""
     return [p.captions[0] for p in photos]
+
+
+def pairfree_texts(params: Any, photos: list[Any]) -> list[Any]:
+    """The text side of the pair-free pools: the last `eval.pairfree_pool` train photos in
+    dataset order (the image stage embeds the first as many), so the two pools share no photo;
+    [] when off. ContractError when the train split cannot hold both."""
+    pool = params.eval_config().pairfree_pool
+    if 2 * pool > len(photos):
+        raise ContractError(f"{params.path}: {params.profile}.eval.pairfree_pool = {pool} needs "
+                            f"{2 * pool} train photos (two disjoint pools), the train split has "
+                            f"{len(photos)}: lower it in {params.path.name}")
+    return photos[len(photos) - pool:]
 
 
 def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any]):
@@ -64,6 +77,7 @@ def main(argv: list[str]) -> int:
     # imported after parsing, so `harness train --help` answers at once
     from prh.data import load_karpathy
     from prh.encode_text import load_text_encoder
+    from prh.gallery import caption_ids
     from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
     from prh.train import train_text_encoder
@@ -79,6 +93,7 @@ def main(argv: list[str]) -> int:
             tracking.check_server()  # an unreachable server stops here, before training
         cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
+        pool = pairfree_texts(params, corpus.split("train"))
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
     except ContractError as e:
         return fail(e)
@@ -107,10 +122,16 @@ def main(argv: list[str]) -> int:
                            on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch))
         encode = load_text_encoder(work)
         with atomic_dir(args.out) as tmp:
+            meta = {"arm": args.arm, "seed": args.seed}
             for split, photos in (("val", fit), ("test", test)):
                 save_embeddings(tmp / f"{split}.npz", [p.id for p in photos],
-                                encode(eval_captions(photos)),
-                                meta={"arm": args.arm, "seed": args.seed})
+                                encode(eval_captions(photos)), meta=meta)
+            save_embeddings(tmp / "test_captions.npz",  # every caption: prh.gallery's rows
+                            caption_ids([p.id for p in test], [len(p.captions) for p in test]),
+                            encode([c for p in test for c in p.captions]), meta=meta)
+            if pool:
+                save_embeddings(tmp / "pool_texts.npz", [p.id for p in pool],
+                                encode(eval_captions(pool)), meta=meta)
             for item in ("checkpoint.pt", "curve.json", "config.json"):
                 shutil.copy2(work / item, tmp / item)
             tracking.log_artifacts([work / "config.json", work / "curve.json"])
