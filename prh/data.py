@@ -12,7 +12,7 @@ Which captions a sample's views read, the one line that separates the good and b
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,3 +231,13 @@ def _undecodable(path: Path) -> str:
     except (OSError, ValueError, SyntaxError) as e:
         return f"does not decode ({' '.join(str(e).split())})"
     return ""
+
+
+def pairfree_halves(train: Sequence[Photo]) -> tuple[list[Photo], list[Photo]]:
+    """The pair-free pools' photos (assumed by us; the audit article's pools are 15,000 images
+    and the captions of 15,000 others): the first half of the train split in dataset order
+    gives the images, the last half the captions, so no photo is on both sides. Flickr30k's
+    29,000 train photos give 14,500 a side. The align stage uses the first
+    `eval.pairfree_pool` rows of each side, so that knob never reruns an embedding stage."""
+    half = len(train) // 2
+    return list(train[:half]), list(train[len(train) - half:])

@@ -53,8 +53,8 @@ def test_train_embeds_every_test_caption_and_the_last_train_photos(repo):
     one_ids, one, _ = load_embeddings(repo / "runs/text/good-s0/test.npz")
     np.testing.assert_allclose(emb[::5], one, atol=1e-5)  # caption 0 is the protocol's
     pool_ids, pool, _ = load_embeddings(repo / "runs/text/good-s0/pool_texts.npz")
-    assert pool_ids.tolist() == [p.id for p in train[-50:]] and pool.shape[0] == 50
-    assert not set(pool_ids) & {p.id for p in train[:50]}  # the image pool's photos
+    assert pool_ids.tolist() == [p.id for p in train[-60:]] and pool.shape[0] == 60
+    assert not set(pool_ids) & {p.id for p in train[:60]}  # the image pool's photos
 
 
 @pytest.mark.slow
@@ -124,27 +124,15 @@ def test_align_refuses_captions_of_other_photos_in_one_line(tmp_path, monkeypatc
     assert "dvc repro train@good-0" in err and not (tmp_path / "runs/align").exists()
 
 
-@pytest.mark.parametrize("pool, expect", [(0, []), (3, ["7", "8", "9"]), (5, None)])
-def test_the_text_pool_is_the_last_train_photos_and_must_leave_room_for_the_image_pool(
-        tmp_path, pool, expect):
-    from harness.params import load_params
-    from harness.stages.train import pairfree_texts
-    from prh.data import Photo
-    from prh.io import ContractError
+@pytest.mark.parametrize("n, images, texts", [(0, [], []), (1, [], []),
+                                              (5, ["1", "2"], ["4", "5"]),
+                                              (6, ["1", "2", "3"], ["4", "5", "6"])])
+def test_pairfree_pools_are_disjoint_halves_of_the_train_split(n, images, texts):
+    from prh.data import Photo, pairfree_halves
 
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["world"]["eval"].update(pairfree_pool=pool)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    photos = [Photo(str(i), f"{i}.png", "train", ("a caption",)) for i in range(1, 10)]
-    if expect is not None:
-        assert [p.id for p in pairfree_texts(load_params(path), photos)] == expect
-        return
-    with pytest.raises(ContractError) as e:  # 2 x 5 > 9: the two pools would share a photo
-        pairfree_texts(load_params(path), photos)
-    assert str(e.value) == (f"{path}: world.eval.pairfree_pool = 5 needs 10 train photos "
-                            "(two disjoint pools), the train split has 9: lower it in "
-                            "params.yaml")
+    photos = [Photo(str(i), f"{i}.png", "train", ("a caption",)) for i in range(1, n + 1)]
+    img, txt = pairfree_halves(photos)
+    assert ([p.id for p in img], [p.id for p in txt]) == (images, texts)
 
 
 def test_caption_row_ids_round_trip_and_refuse_a_reordering():

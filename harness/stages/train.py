@@ -31,18 +31,6 @@ def eval_captions(photos: list[Any]) -> list[str]:
     return [p.captions[0] for p in photos]
 
 
-def pairfree_texts(params: Any, photos: list[Any]) -> list[Any]:
-    """The text side of the pair-free pools: the last `eval.pairfree_pool` train photos in
-    dataset order (the image stage embeds the first as many), so the two pools share no photo;
-    [] when off. ContractError when the train split cannot hold both."""
-    pool = params.eval_config().pairfree_pool
-    if 2 * pool > len(photos):
-        raise ContractError(f"{params.path}: {params.profile}.eval.pairfree_pool = {pool} needs "
-                            f"{2 * pool} train photos (two disjoint pools), the train split has "
-                            f"{len(photos)}: lower it in {params.path.name}")
-    return photos[len(photos) - pool:]
-
-
 def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any]):
     """Per-epoch R@1 on the fit and test pairs (the rerun article's epoch curves)."""
     from prh.align import fit_and_recall
@@ -75,7 +63,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness train --help` answers at once
-    from prh.data import load_karpathy
+    from prh.data import load_karpathy, pairfree_halves
     from prh.encode_text import load_text_encoder
     from prh.gallery import caption_ids
     from prh.losses import effective_sigreg_weight
@@ -93,7 +81,7 @@ def main(argv: list[str]) -> int:
             tracking.check_server()  # an unreachable server stops here, before training
         cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
-        pool = pairfree_texts(params, corpus.split("train"))
+        pool = pairfree_halves(corpus.split("train"))[1]
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
     except ContractError as e:
         return fail(e)
@@ -129,9 +117,8 @@ def main(argv: list[str]) -> int:
             save_embeddings(tmp / "test_captions.npz",  # every caption: prh.gallery's rows
                             caption_ids([p.id for p in test], [len(p.captions) for p in test]),
                             encode([c for p in test for c in p.captions]), meta=meta)
-            if pool:
-                save_embeddings(tmp / "pool_texts.npz", [p.id for p in pool],
-                                encode(eval_captions(pool)), meta=meta)
+            save_embeddings(tmp / "pool_texts.npz", [p.id for p in pool],  # pair-free pool
+                            encode(eval_captions(pool)), meta=meta)
             for item in ("checkpoint.pt", "curve.json", "config.json"):
                 shutil.copy2(work / item, tmp / item)
             tracking.log_artifacts([work / "config.json", work / "curve.json"])
