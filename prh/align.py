@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prh import io, metrics
+from prh import calibrate, io, metrics
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class AlignmentScores:
     metrics: dict[str, float]
     per_query: dict[str, np.ndarray]
     fit_size_curve: list[dict[str, float]] = field(default_factory=list)
+    calibrated: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def procrustes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -137,13 +138,16 @@ def fit_size_curve(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarra
 
 def score_alignment(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarray,
                     test_txt: np.ndarray, *, k: int = 10, seed: int = 0,
-                    fit_sizes: Sequence[int] = ()) -> AlignmentScores:
+                    fit_sizes: Sequence[int] = (), n_permutations: int = 0) -> AlignmentScores:
     """Procrustes on fit rows, image -> text retrieval on test rows, controls, neighbourhoods.
 
     Controls (the rerun article, "Our rerun"): a random orthonormal map (seeded) and a map
     fitted on shuffled fit pairs (seeded); both should sit at chance, 1 / n_test. mknn{k}
-    and CKA compare raw test embeddings, with no map.
+    and CKA compare raw test embeddings, with no map. With `n_permutations` > 0, both are also
+    calibrated against that many permutations of the test texts (seeded; `prh.calibrate`).
     """
+    if n_permutations < 0:
+        raise ValueError(f"n_permutations = {n_permutations}: use 0 (off) or more")
     fit_img, fit_txt = metrics.check_pair(fit_img, fit_txt, "fit images", "fit texts")
     test_img, test_txt = metrics.check_pair(test_img, test_txt, "test images", "test texts")
     n_test = test_img.shape[0]
@@ -166,10 +170,16 @@ def score_alignment(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarr
         "cka_linear": metrics.cka(test_img, test_txt),
         "cka_linear_unbiased": metrics.cka(test_img, test_txt, unbiased=True),
     }
+    raw: dict[str, calibrate.Score] = {f"mknn{k}": lambda a, b: metrics.mutual_knn(a, b, k).mean(),
+                                       "cka_linear": metrics.cka}
+    null = calibrate.null_scores(test_img, test_txt, raw,
+                                 calibrate.permutations(n_test, n_permutations, seed))
     return AlignmentScores(
         metrics={name: float(v) for name, v in scores.items()},
         per_query={"r_at_1_hit": hits[1], "r_at_5_hit": hits[5], f"mknn{k}": mknn},
         fit_size_curve=fit_size_curve(fit_img, fit_txt, test_img, test_txt, fit_sizes, seed),
+        calibrated={name: calibrate.calibrate(scores[name], null[name]) for name in raw}
+        if n_permutations else {},
     )
 
 

@@ -22,8 +22,10 @@ def save_per_query(path: Path, ids: np.ndarray, per_query: dict[str, np.ndarray]
         np.savez(tmp, ids=ids, **{k: np.asarray(v, dtype=np.float64) for k, v in per_query.items()})
 
 
-def log_final(run_id: str, metrics: dict[str, Any]) -> None:
-    """The final scores and their interval ends as `final.*` metrics of the training run."""
+def log_final(run_id: str, metrics: dict[str, Any],
+              calibrated: dict[str, dict[str, float]]) -> None:
+    """The final scores and their interval ends as `final.*` metrics of the training run, and
+    each calibrated metric's fields as `final.calibrated.METRIC.FIELD`."""
     import mlflow
 
     from .. import tracking
@@ -35,6 +37,9 @@ def log_final(run_id: str, metrics: dict[str, Any]) -> None:
         if "ci" in m:
             client.log_metric(run_id, f"final.{key}.ci_lo", m["ci"][0])
             client.log_metric(run_id, f"final.{key}.ci_hi", m["ci"][1])
+    for key, fields in calibrated.items():
+        for field, value in fields.items():
+            client.log_metric(run_id, f"final.calibrated.{key}.{field}", value)
 
 
 def main(argv: list[str]) -> int:
@@ -85,7 +90,7 @@ def main(argv: list[str]) -> int:
         return fail(e)
     try:  # the metrics refuse inputs they cannot score (e.g. unbiased CKA on too few rows)
         scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
-                                 fit_sizes=ev.fit_sizes)
+                                 fit_sizes=ev.fit_sizes, n_permutations=ev.n_permutations)
     except ValueError as e:
         return fail(ContractError(f"{args.image / 'test.npz'} against {args.text / 'test.npz'}:"
                                   f" {e}"))
@@ -121,7 +126,8 @@ def main(argv: list[str]) -> int:
                                        "data_hash", "git_commit", "git_dirty")},
                 "params_hash": params.hash},
         "environment": run.get("environment", {}),
-        "metrics": metrics, "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
+        "metrics": metrics, "calibrated": scores.calibrated,
+        "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
         "curve": read_json(args.text / "curve.json"),
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
         "per_query": out_npz.name})
@@ -132,7 +138,7 @@ def main(argv: list[str]) -> int:
             read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(args.plots / "fit_size.json",
                    curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
-    log_final(run["mlflow_run_id"], metrics)
+    log_final(run["mlflow_run_id"], metrics, scores.calibrated)
     r1 = metrics["r_at_1"]
     print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
           f"[{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
