@@ -402,3 +402,36 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
                          "two_level": two_level_gap(*pair, n_resamples=n_resamples, seed=seed
                                                     ).to_dict(level)})
     return {"arms": out_arms, "gaps": gaps}
+
+
+CALIBRATION_CONSTANTS = ("n_permutations", "alpha")  # set by params.yaml's eval, not per seed
+
+
+def _calibration_constants(run: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
+    return {m: {f: fields[f] for f in CALIBRATION_CONSTANTS} for m, fields in run.items()}
+
+
+def aggregate_calibrated(calibrated: Mapping[tuple[str, int], Mapping[str, Mapping[str, float]]],
+                         arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict]:
+    """Each arm's calibrated metrics over seeds: `results.json` arms.ARM.calibrated.
+
+    calibrated[arm, seed] is a run file's `calibrated` block (prh.calibrate: per metric raw,
+    null quantiles, threshold, p_value, calibrated, n_permutations, alpha). Per arm and metric:
+    n_permutations and alpha, and the seed spread (`seed_spread`: every seed's value, mean,
+    std, ...) of every other field. An arm whose runs were not calibrated gets {}.
+    """
+    out: dict[str, dict] = {}
+    for arm in arms:
+        runs = {str(s): calibrated[arm, s] for s in seeds}
+        first = next(iter(runs.values()))
+        constants = _calibration_constants(first)
+        for seed, run in runs.items():
+            if _calibration_constants(run) != constants:
+                raise ValueError(f"{arm}: seed {seed} was calibrated on other metrics or settings "
+                                 f"({sorted(run)}) than seed {next(iter(runs))} ({sorted(first)});"
+                                 " rerun their align stages")
+        out[arm] = {m: {**constants[m],
+                        **{f: seed_spread({s: run[m][f] for s, run in runs.items()})
+                           for f in fields if f not in CALIBRATION_CONSTANTS}}
+                    for m, fields in first.items()}
+    return out

@@ -40,13 +40,14 @@ def main(argv: list[str]) -> int:
 
     from .. import tracking
     from ..flat import aggregate_metrics
-    from ..stats import aggregate_runs
+    from ..stats import aggregate_calibrated, aggregate_runs
 
     try:
         params = load_params(args.params)
         ev = params.eval_config()
         metrics, per_query, seed_runs, ids_ref = {}, {}, {}, None
         curves: dict[str, dict[str, list]] = {}  # arm -> seed -> the run's gallery curve
+        calibrated = {}  # (arm, seed) -> the run's calibrated block (prh.calibrate)
         for arm, seed in itertools.product(params.arms, params.seeds):
             name = run_name(arm, seed)
             path = args.align_dir / f"{name}.json"
@@ -59,6 +60,10 @@ def main(argv: list[str]) -> int:
                 raise ContractError(f"{path}: no gallery_curve; rerun its align stage "
                                     "(`harness run`)")
             curves.setdefault(arm, {})[str(seed)] = run["gallery_curve"]
+            if "calibrated" not in run:
+                raise ContractError(f"{path}: no calibrated block; rerun its align stage "
+                                    "(`harness run`)")
+            calibrated[arm, seed] = run["calibrated"]
             seed_runs[arm, seed] = run["run"].get("mlflow_run_id")
             ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
             if ids_ref is None:
@@ -67,8 +72,9 @@ def main(argv: list[str]) -> int:
         summary = read_json(args.prepared / "summary.json")
     except ContractError as e:
         return fail(e)
-    try:  # each arm's gallery-size curve over its seeds (prh.gallery)
+    try:  # each arm's gallery-size curve (prh.gallery) and calibrated metrics over its seeds
         gallery = {arm: curve_over_seeds(curves[arm]) for arm in params.arms}
+        calibration = aggregate_calibrated(calibrated, params.arms, params.seeds)
     except ValueError as e:
         return fail(ContractError(f"{args.align_dir}: {e}"))
     stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
@@ -76,6 +82,7 @@ def main(argv: list[str]) -> int:
                            seed=ev.bootstrap_seed)
     for arm in params.arms:
         stats["arms"][arm]["gallery_curve"] = gallery[arm]
+        stats["arms"][arm]["calibrated"] = calibration[arm]
     # MLflow's view: a run per arm with the seed runs nested, under a run with the gaps
     run_id = tracking.log_results(stats, seed_runs, profile=params.profile,
                                   params_hash=params.hash, data_hash=summary["data_hash"])
