@@ -13,11 +13,14 @@ side K times and scores each permutation:
   metric attains; 0 unless the observed score beats the threshold.
 
 The null quantiles reported beside them use the same order-statistic rule at other levels, so
-`null_q95` is the threshold at alpha = .05. The package computes in float32 on torch; this
-module computes in float64 on numpy with the same permutations (tests/test_calibrate.py
-checks both agree). With K permutations the smallest p-value is 1 / (K + 1), so K >= 19 is
-needed for a score to pass at alpha = .05, and K >= 99 for `null_q99` to be below the largest
-score.
+`null_q95` is the threshold at alpha = .05. A null score within TIE_ATOL of the observed one
+is the observed score (a tie, counted against it): mutual k-NN is a mean of multiples of 1/k,
+and the float64 sum of the same values in another row order can differ in its last bits.
+
+The package computes in float32 on torch; this module computes in float64 on numpy with the
+same permutations (tests/test_calibrate.py checks both agree). With K permutations the
+smallest p-value is 1 / (K + 1), so K >= 19 is needed for a score to pass at alpha = .05, and
+K >= 99 for `null_q99` to be below the largest score.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import numpy as np
 ALPHA = 0.05  # the package's default significance level
 SMAX = 1.0  # the package's default: the largest score (mutual k-NN and CKA are in [0, 1])
 EPSILON = 1e-12  # the package's floor on smax - tau
+# Scores in [0, 1] summed in float64 over n <= 1e5 rows differ by order alone by at most about
+# n eps = 2e-11; distinct mutual k-NN scores differ by at least 1 / (n k) >= 1e-7 (k <= 100).
+TIE_ATOL = 1e-9
 # reported quantile -> the upper-tail alpha whose threshold it is
 QUANTILES = {"null_q50": 0.5, "null_q95": 0.05, "null_q99": 0.01}
 MIN_PERMUTATIONS = math.ceil(1 / ALPHA) - 1  # 19: the smallest K whose p-value reaches ALPHA
@@ -76,6 +82,7 @@ def calibrate(observed: float, null: np.ndarray, *, alpha: float = ALPHA,
         raise ValueError(f"need a 1-d null of at least 1 permuted score, got shape {null.shape}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    null = np.where(np.abs(null - observed) <= TIE_ATOL, observed, null)
     tau = critical_value(observed, null, alpha)
     return {
         "raw": float(observed),
