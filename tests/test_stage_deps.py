@@ -80,6 +80,7 @@ def committed(tmp_path_factory) -> Path:
     placeholders = ["data/world/raw/dataset.json", "data/world/raw/images/000000.png",
                     "data/world/prepared/summary.json",
                     "runs/image/val.npz", "runs/results.json", "runs/theory.json",
+                    "runs/probe.json",
                     "runs/contamination.json", "reports/audit.json", "reports/audit.html",
                     "reports/audit.pdf", "reports/checklist.json",
                     "runs/metrics/aggregate/good.json"]
