@@ -1,5 +1,7 @@
 """Stage `image`: image embeddings of the fit (val) and test photos, from the world's small
-bad-view image JEPA trained on the training images, or from frozen DINOv2 ViT-B/14."""
+bad-view image JEPA trained on the training images, or from frozen DINOv2 ViT-B/14; and of the
+first half of the training photos, the image side of the pair-free pools
+(`prh.data.pairfree_halves`; the align stage uses the first `eval.pairfree_pool` rows)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from .common import fail, preflight, stage_parser, weights_path
 
 
 def main(argv: list[str]) -> int:
-    """Embed the val and test photos of --raw (dataset.json, images/) into --out/{val,test}.npz."""
+    """Embed the val and test photos of --raw (dataset.json, images/) into --out/{val,test}.npz
+    and the first half of the train photos (the pair-free image pool) into
+    --out/pool_images.npz."""
     from prh import image
-    from prh.data import check_splits, load_karpathy
+    from prh.data import check_splits, load_karpathy, pairfree_halves
 
     parser = stage_parser("image", main.__doc__)
     parser.add_argument("--raw", type=Path, required=True,
@@ -26,8 +30,12 @@ def main(argv: list[str]) -> int:
         corpus = load_karpathy(args.raw / "dataset.json", min_captions=1)
         check_splits(corpus)
         images = args.raw / "images"
-        needed = ("train", "val", "test") if cfg.encoder == "world_cnn" else ("val", "test")
-        image.check_images_exist([images / p.filename for s in needed for p in corpus.split(s)],
+        train = corpus.split("train")
+        splits = {"val": corpus.split("val"), "test": corpus.split("test"),
+                  "pool_images": pairfree_halves(train)[0]}
+        needed = [*splits["val"], *splits["test"],
+                  *(train if cfg.encoder == "world_cnn" else splits["pool_images"])]
+        image.check_images_exist([images / p.filename for p in needed],
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
         if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
@@ -36,16 +44,18 @@ def main(argv: list[str]) -> int:
         return fail(e)
     with atomic_dir(args.out) as tmp:
         if cfg.encoder == "world_cnn":
-            paths = [images / p.filename for p in corpus.split("train")]
+            paths = [images / p.filename for p in train]
             # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
             model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
-        for split in ("val", "test"):
-            photos = corpus.split(split)
+        for name, photos in splits.items():
+            if not photos:
+                continue  # a train split of one photo has no pair-free pool
             emb = image.embed_images(model, [images / p.filename for p in photos],
                                      image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
                                      batch_size=cfg.embed_batch_size, progress=None)
-            save_embeddings(tmp / f"{split}.npz", [p.id for p in photos], emb,
+            save_embeddings(tmp / f"{name}.npz", [p.id for p in photos], emb,
                             meta={"encoder": cfg.encoder, "config": cfg.to_dict(),
                                   "params_hash": params.hash})
-    print(f"image: embedded val and test with {cfg.encoder}")
+    print(f"image: embedded {', '.join(f'{n} ({len(p)})' for n, p in splits.items() if p)} "
+          f"with {cfg.encoder}")
     return 0
