@@ -25,6 +25,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -434,4 +435,31 @@ def aggregate_calibrated(calibrated: Mapping[tuple[str, int], Mapping[str, Mappi
                         **{f: seed_spread({s: run[m][f] for s, run in runs.items()})
                            for f in fields if f not in CALIBRATION_CONSTANTS}}
                     for m, fields in first.items()}
+    return out
+
+
+def aggregate_pair_free(pair_free: Mapping[tuple[str, int], Mapping[str, Any]],
+                        arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict]:
+    """Each arm's pair-free scores over seeds: `results.json` arms.ARM.pair_free.
+
+    pair_free[arm, seed] is a run file's `pair_free` block (prh.pairfree.score_pairfree; {}
+    when eval.pairfree_pool is 0). Per arm: every seed's status, and the seed spread
+    (`seed_spread`) of each numeric field. An arm with no pair-free runs gets {}.
+    """
+    out: dict[str, dict] = {}
+    for arm in arms:
+        runs = {str(s): pair_free[arm, s] for s in seeds}
+        if not any(runs.values()):
+            out[arm] = {}
+            continue
+        missing = [s for s, run in runs.items() if not run]
+        if missing:
+            raise ValueError(f"{arm}: seeds {missing} have no pair-free scores and others do; "
+                             "rerun their align stages")
+        first = next(iter(runs.values()))
+        numeric = [f for f, v in first.items() if isinstance(v, int | float)
+                   and not isinstance(v, bool)]
+        out[arm] = {"status": {s: run["status"] for s, run in runs.items()},
+                    **{f: seed_spread({s: float(run[f]) for s, run in runs.items()})
+                       for f in numeric}}
     return out

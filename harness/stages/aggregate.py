@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
 
     from .. import tracking
     from ..flat import aggregate_metrics
-    from ..stats import aggregate_calibrated, aggregate_runs
+    from ..stats import aggregate_calibrated, aggregate_pair_free, aggregate_runs
 
     try:
         params = load_params(args.params)
@@ -48,6 +48,7 @@ def main(argv: list[str]) -> int:
         metrics, per_query, seed_runs, ids_ref = {}, {}, {}, None
         curves: dict[str, dict[str, list]] = {}  # arm -> seed -> the run's gallery curve
         calibrated = {}  # (arm, seed) -> the run's calibrated block (prh.calibrate)
+        pair_free = {}  # (arm, seed) -> the run's pair-free block (prh.pairfree)
         for arm, seed in itertools.product(params.arms, params.seeds):
             name = run_name(arm, seed)
             path = args.align_dir / f"{name}.json"
@@ -64,6 +65,7 @@ def main(argv: list[str]) -> int:
                 raise ContractError(f"{path}: no calibrated block; rerun its align stage "
                                     "(`harness run`)")
             calibrated[arm, seed] = run["calibrated"]
+            pair_free[arm, seed] = run.get("pair_free", {})
             seed_runs[arm, seed] = run["run"].get("mlflow_run_id")
             ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
             if ids_ref is None:
@@ -75,6 +77,7 @@ def main(argv: list[str]) -> int:
     try:  # each arm's gallery-size curve (prh.gallery) and calibrated metrics over its seeds
         gallery = {arm: curve_over_seeds(curves[arm]) for arm in params.arms}
         calibration = aggregate_calibrated(calibrated, params.arms, params.seeds)
+        pair_free_arms = aggregate_pair_free(pair_free, params.arms, params.seeds)
     except ValueError as e:
         return fail(ContractError(f"{args.align_dir}: {e}"))
     stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
@@ -83,6 +86,7 @@ def main(argv: list[str]) -> int:
     for arm in params.arms:
         stats["arms"][arm]["gallery_curve"] = gallery[arm]
         stats["arms"][arm]["calibrated"] = calibration[arm]
+        stats["arms"][arm]["pair_free"] = pair_free_arms[arm]
     # MLflow's view: a run per arm with the seed runs nested, under a run with the gaps
     run_id = tracking.log_results(stats, seed_runs, profile=params.profile,
                                   params_hash=params.hash, data_hash=summary["data_hash"])

@@ -22,10 +22,11 @@ def save_per_query(path: Path, ids: np.ndarray, per_query: dict[str, np.ndarray]
         np.savez(tmp, ids=ids, **{k: np.asarray(v, dtype=np.float64) for k, v in per_query.items()})
 
 
-def log_final(run_id: str, metrics: dict[str, Any],
-              calibrated: dict[str, dict[str, float]]) -> None:
-    """The final scores and their interval ends as `final.*` metrics of the training run, and
-    each calibrated metric's fields as `final.calibrated.METRIC.FIELD`."""
+def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
+              pair_free: dict[str, Any]) -> None:
+    """The final scores and their interval ends as `final.*` metrics of the training run, each
+    calibrated metric's fields as `final.calibrated.METRIC.FIELD` and the pair-free scores as
+    `final.pair_free.FIELD`."""
     import mlflow
 
     from .. import tracking
@@ -40,6 +41,38 @@ def log_final(run_id: str, metrics: dict[str, Any],
     for key, fields in calibrated.items():
         for field, value in fields.items():
             client.log_metric(run_id, f"final.calibrated.{key}.{field}", value)
+    for field, value in pair_free.items():
+        if isinstance(value, int | float):
+            client.log_metric(run_id, f"final.pair_free.{field}", value)
+
+
+def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, params_path: Path,
+                     ids_test: np.ndarray, img_test: np.ndarray, txt_test: np.ndarray,
+                     seed: int) -> dict[str, Any]:
+    """A map fitted on the first `pool` rows of the two unpaired pools (prh.pairfree), scored
+    on the test pairs; {} when `pool` is 0. ContractError for pools too small, sharing a photo
+    or holding a test photo."""
+    from prh.align import check_disjoint
+    from prh.pairfree import score_pairfree
+
+    if pool == 0:
+        return {}
+    paths = (image_dir / "pool_images.npz", text_dir / "pool_texts.npz")
+    (ids_img, pool_img, _), (ids_txt, pool_txt, _) = map(load_embeddings, paths)
+    for path, ids in zip(paths, (ids_img, ids_txt), strict=True):
+        if len(ids) < pool:
+            raise ContractError(f"{path}: {len(ids)} rows, eval.pairfree_pool asks for {pool}; "
+                                f"lower it in {params_path} (at most half the train photos)")
+        check_disjoint(ids, ids_test, str(path), str(image_dir / "test.npz"))
+    shared = sorted(set(map(str, ids_img[:pool])) & set(map(str, ids_txt[:pool])))
+    if shared:
+        raise ContractError(f"{paths[0]} and {paths[1]} share {len(shared)} photos, first "
+                            f"{shared[:10]}: the pair-free pools must hold different photos; "
+                            "rerun `dvc repro`")
+    try:
+        return score_pairfree(pool_img[:pool], pool_txt[:pool], img_test, txt_test, seed=seed)
+    except ValueError as e:
+        raise ContractError(f"{paths[0]} against {paths[1]}: {e}") from e
 
 
 def main(argv: list[str]) -> int:
@@ -108,6 +141,11 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         return fail(ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
                                   f"`dvc repro train@{args.arm}-{args.seed}`"))
+    try:
+        pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, args.params,
+                                     ids_test, img_test, txt_test, args.seed)
+    except ContractError as e:
+        return fail(e)
     metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
     for metric, outcomes in scores.per_query.items():
         ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
@@ -128,6 +166,7 @@ def main(argv: list[str]) -> int:
         "environment": run.get("environment", {}),
         "metrics": metrics, "calibrated": scores.calibrated,
         "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
+        "pair_free": pair_free,
         "curve": read_json(args.text / "curve.json"),
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
         "per_query": out_npz.name})
@@ -138,7 +177,7 @@ def main(argv: list[str]) -> int:
             read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(args.plots / "fit_size.json",
                    curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
-    log_final(run["mlflow_run_id"], metrics, scores.calibrated)
+    log_final(run["mlflow_run_id"], metrics, scores.calibrated, pair_free)
     r1 = metrics["r_at_1"]
     print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
           f"[{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
