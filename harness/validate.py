@@ -66,7 +66,8 @@ def combination_problems(profile: str, world: WorldConfig | None, train: TrainCo
                          ev: EvalConfig) -> list[str]:
     """Settings valid alone that cannot work together, one message per rule: k against the
     test pairs (mutual k-NN needs k < n), the fit split against the map and the fit sizes,
-    n_test against the world's distinct scenes, max_len against the world's longest caption."""
+    n_test against the world's distinct scenes, max_len against the world's longest caption,
+    the pair-free pools against half the train split (prh.data.pairfree_halves)."""
     n_fit, n_test = split_sizes(profile, world)
     where = f"{profile}.data.world" if world is not None else "the Karpathy split"
     out = []
@@ -89,4 +90,8 @@ def combination_problems(profile: str, world: WorldConfig | None, train: TrainCo
                    f"{longest_caption_words(world)} words (each at least one token) and a view "
                    f"holds max_len - 2 = {train.max_len - 2}; raise train.max_len or lower "
                    "data.world.style_strength")
+    half = (world.n_train if world is not None else KARPATHY_FLICKR30K["train"]) // 2
+    if ev.pairfree_pool > half:
+        out.append(f"{profile}.eval.pairfree_pool = {ev.pairfree_pool}: each pair-free pool is at "
+                   f"most half the train photos of {where}, {half}; lower it to {half} or less")
     return out

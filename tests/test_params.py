@@ -136,6 +136,11 @@ def test_a_knob_missing_from_params_yaml_is_caught():
     (lambda r: r["world"]["train"].update(max_len=16), "longest caption has 21 words"),
     (lambda r: r["flickr30k"]["eval"].update(k=1000) or r.update(profile="flickr30k"),
      "the Karpathy split has 1000"),
+    (lambda r: r["world"]["eval"].update(pairfree_pool=1001),
+     "world.eval.pairfree_pool = 1001: each pair-free pool is at most half the train photos "
+     "of world.data.world, 1000"),
+    (lambda r: r["flickr30k"]["eval"].update(pairfree_pool=14501) or r.update(profile="flickr30k"),
+     "half the train photos of the Karpathy split, 14500"),
 ])
 def test_settings_that_cannot_work_together_fail_before_any_work(tmp_path, edit, needle):
     path = write(tmp_path, edit)
