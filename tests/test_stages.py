@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def write_params(tmp_path: Path, edit) -> Path:
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["world"]["data"]["world"].update(n_train=40, n_fit=5, n_test=5)
-    raw["world"]["eval"].update(k=3, fit_sizes=[2, 5])  # what 5 fit and 5 test pairs allow
+    # what 5 fit pairs, 5 test pairs and 40 train photos (pools of 20) allow
+    raw["world"]["eval"].update(k=3, fit_sizes=[2, 5], gallery_sizes=[5], pairfree_pool=20)
     edit(raw)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
