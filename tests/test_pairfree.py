@@ -170,7 +170,7 @@ def test_the_image_stage_embeds_the_first_half_of_the_train_photos_as_the_image_
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["world"]["data"]["world"].update(n_train=41, n_fit=5, n_test=5)
     raw["world"]["image"].update(epochs=1)
-    raw["world"]["eval"].update(k=3, fit_sizes=[2, 5])
+    raw["world"]["eval"].update(k=3, fit_sizes=[2, 5], pairfree_pool=20)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     monkeypatch.chdir(tmp_path)
