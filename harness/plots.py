@@ -1,4 +1,5 @@
-"""Report figures as inline SVG strings: seed-spread dots, per-epoch curves, fit-size curve.
+"""Report figures as inline SVG strings: seed-spread dots, per-epoch curves, fit-size curve,
+scores against the pool size, and the rows of small plots of what shakes a headline number.
 
 Plots compute nothing (rliable's split: its `plot_utils` draw the estimates its library
 computed and return the figure): they take the finished numbers
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -20,8 +22,10 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 ARM_COLOURS = {"good": "#1b7837", "bad": "#b2182b", "ntp": "#2166ac"}
+PAPER_COLOUR = "#762a83"  # the paper's value, apart from the arms' colours and chance's red
 RC = {
     "svg.hashsalt": "prh-report",
     "svg.fonttype": "path",
@@ -54,6 +58,27 @@ def _to_svg(fig: plt.Figure) -> str:
     plt.close(fig)
     text = buf.getvalue()
     return re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
+
+
+def _log_x(ax: plt.Axes, xs: Sequence[float]) -> None:
+    """Log x axis ticked at the data's own x values, thinned so that labels do not collide
+    (neighbours at least a factor 1.8 apart; the largest is always labelled)."""
+    values = sorted(set(xs), reverse=True)
+    ticks = values[:1]
+    for x in values[1:]:
+        if ticks[-1] / x >= 1.8:
+            ticks.append(x)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _note(ax: plt.Axes, text: str) -> None:
+    """A subplot with no data: its reason, wrapped to the subplot's width."""
+    ax.text(0.5, 0.5, textwrap.fill(text, 24), transform=ax.transAxes, ha="center",
+            va="center", fontsize=5.5, color="#333", bbox={"fc": "white", "ec": "none", "pad": 1})
+    ax.set_xticks([])
 
 
 def seed_dots(per_arm: Mapping[str, Mapping[str, float]], metric: str,
@@ -114,4 +139,85 @@ def fit_size_curves(curves: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
         ax.set_ylabel("test r_at_1")
         ax.grid(lw=0.3)
         _legend(ax)
+        return _to_svg(fig)
+
+
+def pool_size_curves(panels: Mapping[str, Mapping]) -> str:
+    """One small plot per metric, score against the number of photos in the pool (log x): one
+    line per arm (seed mean, bars: std over seeds) and the chance level (dashed).
+    `panels[metric] = {"arms": {arm: {"n", "mean", "std"}}, "chance": {"n", "value"}}`."""
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols, 1.75 * nrows),
+                                 squeeze=False)
+        for ax, (metric, panel) in zip(axes.flat, panels.items(), strict=False):
+            for i, (arm, line) in enumerate(panel["arms"].items()):
+                err = [0.0 if s is None else s for s in line["std"]]
+                ax.errorbar(line["n"], line["mean"], yerr=err, color=_colour(arm, i), lw=1.1,
+                            marker="o", ms=2.5, capsize=1.5, label=arm)
+            ax.plot(panel["chance"]["n"], panel["chance"]["value"], "--", color="#777", lw=0.9,
+                    label="chance")
+            _log_x(ax, panel["chance"]["n"])
+            ax.set_title(metric, fontsize=7)
+            ax.tick_params(labelsize=6)
+            ax.grid(lw=0.3)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7,
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.supxlabel("photos in the pool (log scale)", fontsize=7, y=0.0, va="bottom")
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        return _to_svg(fig)
+
+
+def shake_row(subplots: Sequence[Mapping], key: str, arm: str, metric: str,
+              paper: Mapping | None, chance: float | None) -> str:
+    """One headline number against what may move it: a row of small plots sharing the y axis,
+    with the paper's value (solid purple, labelled with its data set) and chance (dashed red)
+    across every plot. Each subplot: `title`, and either `note` (drawn as text, no data) or
+    `series` [{"x", "y", "label"?, "dots"?: one label per point}] with `xticks` (labels of
+    positions 0..n-1) or `log_x`, an optional seed-mean bar `mean` and an optional `chance`
+    curve {"x", "y"} that replaces the constant chance line. SVG ids: KEY-paper-I (the paper
+    line of subplot I) and KEY-dot-LABEL (a labelled point)."""
+    colour = _colour(arm, 0)
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(1, len(subplots), figsize=(1.45 * len(subplots), 1.55),
+                                 sharey=True)
+        for i, (ax, sub) in enumerate(zip(axes, subplots, strict=True)):
+            ax.set_title(sub["title"], fontsize=6.5)
+            ax.tick_params(labelsize=6)
+            if paper is not None:
+                ax.axhline(paper["value"], color=PAPER_COLOUR, lw=1.0, gid=f"{key}-paper-{i}",
+                           label=f"{paper['label']}: {paper['printed']}")
+            if sub.get("chance"):
+                ax.plot(sub["chance"]["x"], sub["chance"]["y"], "--", color="#d6604d", lw=0.9)
+            elif chance is not None:
+                ax.axhline(chance, ls="--", color="#d6604d", lw=0.9, label="chance")
+            if sub.get("note"):
+                _note(ax, sub["note"])
+                continue
+            for j, s in enumerate(sub["series"]):
+                if s.get("dots"):
+                    for x, y, label in zip(s["x"], s["y"], s["dots"], strict=True):
+                        ax.plot([x], [y], "o", ms=3.5, color=colour, gid=f"{key}-dot-{label}")
+                else:
+                    ax.plot(s["x"], s["y"], marker="o", ms=2.5, lw=1.0, color=colour,
+                            linestyle=("-", "--", ":", "-.")[j % 4])
+            if sub.get("mean") is not None:
+                n = len(sub["series"][0]["x"])
+                ax.plot([-0.3, n - 0.7], [sub["mean"]] * 2, "-", color="black", lw=0.8)
+            if sub.get("xticks"):
+                ax.set_xticks(range(len(sub["xticks"])), sub["xticks"])
+                ax.set_xlim(-0.5, len(sub["xticks"]) - 0.5)
+            if sub.get("log_x"):
+                _log_x(ax, [x for s in sub["series"] for x in s["x"]])
+            ax.grid(lw=0.3)
+        axes[0].set_ylabel(f"{arm} {metric}", fontsize=7)
+        handles, labels = axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=6.5,
+                       frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.subplots_adjust(left=0.08, right=0.99, top=0.86, bottom=0.16, wspace=0.12)
         return _to_svg(fig)

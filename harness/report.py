@@ -5,7 +5,9 @@ HTML and PDF, and the `report` stage (harness/stages/report.py) writes both.
 The sections follow what a rerun report shows (the rerun article, "Our rerun": controls,
 fit-pair against test scores, the fit-size curve, best against last epoch, the effective SIGReg
 weight) and what an audit shows (the audit article, "The Numbers That Shake the Headline Sit in
-the Same Paper").
+the Same Paper"). The measurement sections (calibrated alignment, five captions and the pool
+size, pair-free alignment, what shakes each headline number, determinism, the world's
+settings) are built by harness.measures.
 
 A missing or unreadable input never becomes zeros: its section says "absent", with the path
 and the stage that writes it. Run files whose params or data hash differ from `results.json`
@@ -23,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from markupsafe import Markup
 
-from harness import plots
+from harness import measures, plots
 from harness.checklist import checklist
-from harness.contamination import clean_mask, rescore
+from harness.measures import clean_scores
 from harness.render import brief, rows_and_tables, source_date, table_of
 from harness.runfiles import RUN_FILE, RUN_SCHEMA, check_run_file, run_name
 from harness.summary import audit_table, first_page
@@ -43,12 +44,13 @@ STAGES = {
     "audit": "stage audit (`dvc repro audit`)",
     "params": "params.yaml (kept in the repository; no stage writes it)",
     "provenance": "harness.provenance.provenance(), or a --provenance JSON/YAML list",
+    "probe": "stage probe (`dvc repro probe`)",
 }
-SCHEMAS = {"results": "prh.results/1", "audit": "prh.audit/1", "run": RUN_SCHEMA}
+SCHEMAS = {"results": "prh.results/1", "audit": "prh.audit/1", "run": RUN_SCHEMA,
+           "probe": "prh.probe/1"}
 RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
                "chance_r_at_1")
 ENV_KEYS = ("hash", "python", "torch", "cuda", "cudnn", "gpu", "driver", "image_digest")
-CLEAN_OUTCOMES = ("r_at_1_hit", "mknn10")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ReportPaths:
     params: Path
     provenance: Path | None = None
     prepared: Path | None = None  # the prepare stage's summary.json (its data-check warnings)
+    probe: Path | None = None  # the probe stage's JSON (lambda sweep, determinism)
 
 
 def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
@@ -126,16 +129,18 @@ def best_and_last(curve: Sequence[Mapping], key: str = "r_at_1_test") -> dict | 
 
 
 def registry_setups() -> dict[str, dict]:
-    """Claim id -> {setup, metric, spread text} from the claims registry, for audit rows that
-    do not carry them; an unreadable registry gives {} (section 2 then shows no paper values)."""
+    """Claim id -> {setup, metric, spread text, value, printed, source, kind, where, statement}
+    from the claims registry, for audit rows that do not carry them and for the paper's values
+    beside the measurements; an unreadable registry gives {} (no paper values are shown)."""
     from harness.claims import load_claims
 
     try:
         claims = load_claims()
     except ContractError:
         return {}
-    return {cid: {"setup": dict(c.setup), "metric": c.metric, "spread": spread_text(c.spread)}
-            for cid, c in claims.items()}
+    return {cid: {"setup": dict(c.setup), "metric": c.metric, "spread": spread_text(c.spread),
+                  "value": c.scalar(), "printed": c.printed, "source": c.source, "kind": c.kind,
+                  "where": c.where, "statement": c.statement} for cid, c in claims.items()}
 
 
 def spread_text(spread: Any) -> str | None:
@@ -225,50 +230,36 @@ def hyperparameters(params: Any, provenance: Sequence[Mapping] | None) -> list[d
     return [{"key": k, "value": v, "source": None, "citation": None} for k, v in rows]
 
 
-def load_provenance(paths: ReportPaths) -> tuple[list | None, dict | None]:
-    """The hyperparameter provenance: a given list file, else `harness.params.provenance`."""
-    if paths.provenance is not None:
-        data, missing = load_input(paths.provenance, "provenance")
-        if data is not None and not isinstance(data, list):
-            return None, absent(paths.provenance, "provenance", "expected a list of records")
-        return data, missing
+def load_profile_params(path: Path) -> tuple[Any, dict | None]:
+    """(harness.params.Params, None) when params.yaml loads, else (None, absence)."""
     from harness.params import load_params
+
+    if not path.exists():
+        return None, absent(path, "params", "file not found")
+    try:
+        return load_params(path), None
+    except ContractError as e:
+        return None, absent(path, "params", f"not a valid params file: {e}")
+
+
+def load_provenance(path: Path | None, params: Any, no_params: dict | None
+                    ) -> tuple[list | None, dict | None]:
+    """The hyperparameter provenance: the list file at `path` when given, else
+    `harness.params.provenance` of the loaded params (their absence when they did not load)."""
+    if path is not None:
+        data, missing = load_input(path, "provenance")
+        if data is not None and not isinstance(data, list):
+            return None, absent(path, "provenance", "expected a list of records")
+        return data, missing
     from harness.provenance import provenance
 
-    if not paths.params.exists():
-        return None, absent(paths.params, "params", "file not found")
-    try:
-        params = load_params(paths.params)
-    except ContractError as e:
-        return None, absent(paths.params, "params", f"not a valid params file: {e}")
+    if params is None:
+        return None, no_params
     try:
         return provenance(params), None
     except (ContractError, ValueError, KeyError) as e:
-        return None, absent(paths.params, "provenance",
+        return None, absent(params.path, "provenance",
                             f"the provenance table cannot be built ({e!r})")
-
-
-def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] | None:
-    """Each run's mean per-query outcome on all test rows and on the clean rows (the ids
-    contamination.json lists in `clean_ids.test`): full-against-clean rescoring, as GPT-3's
-    contamination study does. None when there is no clean list to score against."""
-    clean = (contamination.get("clean_ids") or {}).get("test")
-    if clean is None:
-        return None
-    out = []
-    for r in runs:
-        npz = Path(r["path"]).with_name(str(r.get("per_query") or ""))
-        if not r.get("per_query") or not npz.is_file():
-            out.append({"label": r["label"], "missing": str(npz)})
-            continue
-        with np.load(npz, allow_pickle=False) as z:
-            ids = z["ids"].astype(str)
-            mask = clean_mask(ids, set(ids) - set(map(str, clean)))
-            for key in CLEAN_OUTCOMES:
-                if key in z.files and mask.any():
-                    out.append({"label": r["label"], "outcome": key,
-                                **rescore(z[key].astype(np.float64), mask)})
-    return out
 
 
 def section_flat(data: Mapping) -> dict:
@@ -332,7 +323,8 @@ def build_context(paths: ReportPaths) -> dict:
     theory, no_theory = load_input(paths.theory, "theory")
     contamination, no_contamination = load_input(paths.contamination, "contamination")
     params, no_params = load_input(paths.params, "params")
-    provenance, no_provenance = load_provenance(paths)
+    profile_params, no_profile = load_profile_params(paths.params)
+    provenance, no_provenance = load_provenance(paths.provenance, profile_params, no_profile)
     runs, run_problems = load_runs(paths.runs_dir)
     no_runs = None if runs else absent(paths.runs_dir / "ARM-sSEED.json", "runs",
                                        "no run files found")
@@ -340,7 +332,11 @@ def build_context(paths: ReportPaths) -> dict:
               for name, p in (("results", paths.results), ("audit", paths.audit),
                               ("theory", paths.theory), ("contamination", paths.contamination),
                               ("params", paths.params))]
-    claims = paper_claims(audit, registry_setups() if audit else {})
+    probe, no_probe = (load_input(paths.probe, "probe", SCHEMAS["probe"]) if paths.probe
+                       else (None, None))
+    registry = registry_setups()
+    claims = paper_claims(audit, registry)
+    clean = clean_scores(runs, contamination or {})
     sections = {
         "paper_vs_rerun": {"absent": no_results, "audit_absent": no_audit,
                            **(section_paper_vs_rerun(results, claims) if results else {})},
@@ -356,11 +352,15 @@ def build_context(paths: ReportPaths) -> dict:
                    "theory": section_flat(theory) if theory is not None else None},
         "contamination": {"absent": no_contamination,
                           **(section_flat(contamination) if contamination is not None else {}),
-                          "clean": clean_scores(runs, contamination or {})},
+                          "clean": clean},
         "provenance": {"absent": no_results if not runs else None,
                        **section_provenance(results, runs, inputs)},
     }
     profile = (results or {}).get("profile") or (params or {}).get("profile")
+    sections.update(measures.sections(results, runs, probe, profile_params, profile=profile,
+                                      registry=registry, clean=clean, missing={
+                                          "results": no_results, "probe": no_probe,
+                                          "params": no_profile}))
     return {"title": "Proving and Improving the Platonic Representation Hypothesis with JEPAs: "
                      "rerun and audit",
             "profile": profile, "first_page": first_page(audit, results, profile),

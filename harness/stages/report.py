@@ -27,6 +27,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prepared", type=Path, default=None,
                         help="the prepare stage's summary.json, whose data-check warnings the "
                              "first page shows")
+    parser.add_argument("--probe", type=Path, default=None,
+                        help="the probe stage's JSON (SIGReg-weight sweep, determinism); "
+                             "without it those panels say 'not run'")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--checklist", type=Path, default=None,
@@ -41,7 +44,8 @@ def main(argv: list[str]) -> int:
     from ..report import SCHEMAS, ReportPaths, build_context, load_input
 
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
-                                    args.audit, args.params, args.provenance, args.prepared))
+                                    args.audit, args.params, args.provenance, args.prepared,
+                                    args.probe))
     for w in ctx["warnings"]:
         print(f"harness report: warning: {w}", file=sys.stderr)
     for a in ctx["summary"]["absent"]:
@@ -54,7 +58,7 @@ def main(argv: list[str]) -> int:
         print(f"harness report: warning: {args.pdf} {line}", file=sys.stderr)
     if args.checklist is not None:
         write_json(args.checklist, ctx["checklist"])
-    results, _ = load_input(args.results, "aggregate", SCHEMAS["results"])
+    results, _ = load_input(args.results, "results", SCHEMAS["results"])
     if (results or {}).get("mlflow_run_id"):
         tracking.log_artifacts([p for p in (args.html, args.pdf, args.checklist) if p],
                                results["mlflow_run_id"])
