@@ -18,7 +18,7 @@ one-caption level; text -> image is 1 / n per caption.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -177,27 +177,42 @@ def pool_sizes(sizes: Sequence[int], n: int) -> list[int]:
     return sorted({int(s) for s in sizes if s < n} | {n})
 
 
-def _pool_scores(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt: np.ndarray,
-                 photo: np.ndarray, k: int) -> tuple[dict[str, float], dict[str, float]]:
-    """(scores, chance levels) of one pool: means over its photos."""
+def _pool_outcomes(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt: np.ndarray,
+                   photo: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Per-photo outcomes of one pool: one-caption R@1 and mutual k-NN, `score_captions`."""
     n = img.shape[0]
     per = {"r_at_1": image_to_text_recall(pmap, img, txt_one)[1],
            **score_captions(pmap, img, txt, photo, k)}
-    counts = np.bincount(photo, minlength=n)
-    chance = {"r_at_1": 1.0 / n, "r_at_1_i2t_all": 1.0 / n, "r_at_1_t2i_all": 1.0 / n}
     if k < n:
         per[f"mknn{k}"] = metrics.mutual_knn(img, txt_one, k)
-        chance[f"mknn{k}"] = k / (n - 1)
-    if f"mknn{k}_captions" in per:
-        chance[f"mknn{k}_captions"] = k / (len(photo) - 1)
-    if f"mknn{k}_captions_other_photos" in per:
-        chance[f"mknn{k}_captions_other_photos"] = float(np.mean(k / (len(photo) - counts)))
-    return {key.removesuffix("_hit"): float(v.mean()) for key, v in per.items()}, chance
+    return {key.removesuffix("_hit"): v for key, v in per.items()}
+
+
+def _pool_chance(n: int, photo: np.ndarray, k: int, keys: Iterable[str]) -> dict[str, float]:
+    """Chance level of each of `keys` on a pool of n photos holding the captions `photo`."""
+    counts = np.bincount(photo, minlength=n)
+    chance: dict[str, Callable[[], float]] = {
+        "r_at_1": lambda: 1.0 / n, "r_at_1_i2t_all": lambda: 1.0 / n,
+        "r_at_1_t2i_all": lambda: 1.0 / n, f"mknn{k}": lambda: k / (n - 1),
+        f"mknn{k}_captions": lambda: k / (len(photo) - 1),
+        f"mknn{k}_captions_other_photos": lambda: float(np.mean(k / (len(photo) - counts)))}
+    return {key: chance[key]() for key in keys}
+
+
+def _pool_outcome_names(k: int, photo: np.ndarray, n: int) -> set[str]:
+    """The outcomes `_pool_outcomes` gives a pool of n photos with captions `photo`."""
+    names = {"r_at_1", "r_at_1_i2t_all", "r_at_1_t2i_all"}
+    if k < n:
+        names.add(f"mknn{k}")
+    for suffix, other in (("", False), ("_other_photos", True)):
+        if k <= candidates_per_item(photo, other):
+            names.add(f"mknn{k}_captions{suffix}")
+    return names
 
 
 def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt: np.ndarray,
-                  photo: np.ndarray, *, k: int, sizes: Sequence[int], draws: int, seed: int
-                  ) -> list[dict[str, Any]]:
+                  photo: np.ndarray, *, k: int, sizes: Sequence[int], draws: int, seed: int,
+                  whole: Mapping[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """Scores as the candidate pool grows: per pool size m (`pool_sizes`), `draws` random
     sub-galleries of m test photos (one, everything, at m = n), each scored on its own photos
     and their captions with the map fitted once; the mean over draws per metric.
@@ -209,6 +224,9 @@ def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt
     those of `score_captions`, and `mknn{k}` (one caption, raw embeddings); a mutual k-NN is
     left out where the pool holds no k neighbours. Rows: {"n_photos", "n_captions" (mean
     over draws), "draws", "metrics": {name: mean}, "chance": {name: mean chance level}}.
+    `whole`: the per-photo outcomes the caller already has for the whole split (keys as
+    `score_alignment`'s and `score_captions`' per-query outcomes), reused for the m = n pool
+    instead of scoring it again (the same numbers; tests/test_gallery.py checks it).
     """
     img, txt_one = metrics.check_pair(img, txt_one, "test images", "test captions")
     n = img.shape[0]
@@ -222,10 +240,15 @@ def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt
         scores, chances, n_captions = [], [], []
         for sub in subsets:
             keep = np.isin(photo, sub)
-            s, c = _pool_scores(pmap, img[sub], txt_one[sub], txt[keep],
-                                np.searchsorted(sub, photo[keep]), k)
-            scores.append(s)
-            chances.append(c)
+            pool_photo = np.searchsorted(sub, photo[keep])
+            if m == n and whole is not None:
+                names = _pool_outcome_names(k, photo, n)
+                per = {key.removesuffix("_hit"): v for key, v in whole.items()
+                       if key.removesuffix("_hit") in names}
+            else:
+                per = _pool_outcomes(pmap, img[sub], txt_one[sub], txt[keep], pool_photo, k)
+            scores.append({key: float(np.mean(v)) for key, v in per.items()})
+            chances.append(_pool_chance(m, pool_photo, k, per))
             n_captions.append(int(keep.sum()))
         rows.append({"n_photos": m, "n_captions": float(np.mean(n_captions)),
                      "draws": len(subsets),

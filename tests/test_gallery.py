@@ -226,6 +226,22 @@ def test_the_full_pool_row_equals_the_test_split_scores():
     assert again[0] == curve[1]  # a pool size's draws do not depend on the other sizes
 
 
+def test_the_whole_split_outcomes_are_reused_for_the_full_pool_unchanged():
+    x, y, photo = five_captions()
+    y_one = y[::5]
+    pmap = align.fit_procrustes(x, y_one)
+    whole = {"r_at_1_hit": align.image_to_text_recall(pmap, x, y_one)[1],
+             "r_at_5_hit": np.zeros(40), "mknn3": metrics.mutual_knn(x, y_one, 3),
+             **gallery.score_captions(pmap, x, y, photo, k=3)}
+    args = dict(k=3, sizes=[10, 40], draws=2, seed=1)
+    fresh = gallery.gallery_curve(pmap, x, y_one, y, photo, **args)
+    assert gallery.gallery_curve(pmap, x, y_one, y, photo, whole=whole, **args) == fresh
+    whole["mknn3"] = whole["mknn3"] + 1.0  # the full pool row reads `whole`, nothing else
+    reused = gallery.gallery_curve(pmap, x, y_one, y, photo, whole=whole, **args)
+    assert reused[-1]["metrics"]["mknn3"] == pytest.approx(fresh[-1]["metrics"]["mknn3"] + 1)
+    assert reused[0] == fresh[0] and "r_at_5" not in reused[-1]["metrics"]
+
+
 def test_a_pool_with_no_k_neighbours_leaves_mutual_knn_out():
     x, y, photo = five_captions(n=12, c=2)
     pmap = align.fit_procrustes(x, y[::2])

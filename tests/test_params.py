@@ -124,16 +124,17 @@ def test_a_knob_missing_from_params_yaml_is_caught():
 
 
 @pytest.mark.parametrize("edit,needle", [
-    (lambda r: r["world"]["eval"].update(k=500), "world.eval.k = 500: mutual k-NN needs more "
-     "than k test pairs and world.data.world has 300"),
-    (lambda r: r["world"]["eval"].update(fit_sizes=[25, 400]), "[400] exceed the 300 fit pairs"),
+    (lambda r: r["world"]["eval"].update(k=1500), "world.eval.k = 1500: mutual k-NN needs "
+     "more than k test pairs and world.data.world has 1000"),
+    (lambda r: r["world"]["eval"].update(fit_sizes=[25, 1400]),
+     "[1400] exceed the 1000 fit pairs"),
     (lambda r: r["world"]["data"]["world"].update(n_fit=1) or r["world"]["eval"].update(
         fit_sizes=[]),
      "n_fit = 1: the Procrustes map needs at least 2"),
     (lambda r: r["world"]["data"]["world"].update(n_objects=2, n_colours=1, n_counts=1,
                                                  n_relations=1), "only 2 distinct scenes"),
     (lambda r: r["world"]["data"]["world"].update(n_test=5), "world.eval.k = 10: mutual k-NN"),
-    (lambda r: r["world"]["train"].update(max_len=16), "longest caption has 21 words"),
+    (lambda r: r["world"]["train"].update(max_len=16), "longest caption has 19 words"),
     (lambda r: r["flickr30k"]["eval"].update(k=1000) or r.update(profile="flickr30k"),
      "the Karpathy split has 1000"),
     (lambda r: r["world"]["eval"].update(pairfree_pool=1001),
@@ -153,13 +154,13 @@ def test_settings_that_cannot_work_together_fail_before_any_work(tmp_path, edit,
 
 def test_each_broken_rule_gets_its_own_message(tmp_path):
     def edit(r):
-        r["world"]["eval"].update(k=500, fit_sizes=[400])
+        r["world"]["eval"].update(k=1500, fit_sizes=[1400])
         r["world"]["train"].update(max_len=16)
     with pytest.raises(ParamsError) as err:
         validate_params(load_params(write(tmp_path, edit)))
     lines = str(err.value).splitlines()[1:]
     assert len(lines) == 3 and [x.split(":")[0].strip() for x in lines] == [
-        "world.eval.k = 500", "world.eval.fit_sizes [400]", "world.train.max_len = 16"]
+        "world.eval.k = 1500", "world.eval.fit_sizes [1400]", "world.train.max_len = 16"]
 
 
 def test_ci_level_as_a_percentage_gets_the_one_rule_it_breaks(tmp_path):

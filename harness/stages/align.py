@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         scores.per_query.update(score_captions(pmap, img_test, txt_all, photo, ev.k))
         gallery = gallery_curve(pmap, img_test, txt_test, txt_all, photo, k=ev.k,
                                 sizes=ev.gallery_sizes, draws=ev.gallery_draws,
-                                seed=ev.bootstrap_seed)
+                                seed=ev.bootstrap_seed, whole=scores.per_query)
     except ContractError as e:
         return fail(e)
     except ValueError as e:
