@@ -29,8 +29,8 @@ def stage_order(repo: Path) -> list[str]:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     runs = [f"{a}-{s}" for a in params["arms"] for s in params["seeds"]]
     return (["world", "prepare", "image"] + [f"train@{r}" for r in runs]
-            + [f"align@{r}" for r in runs] + ["theory", "contamination", "aggregate", "audit",
-                                              "report"])
+            + [f"align@{r}" for r in runs] + ["probe", "theory", "contamination", "aggregate",
+                                              "audit", "report"])
 
 
 def main() -> int:
