@@ -134,10 +134,10 @@ def section_pair_free(results: Mapping, runs: Sequence[Mapping],
     for arm, block in results.get("arms", {}).items():
         paired = block.get("metrics", {}).get("r_at_1", {})
         pf = block.get("pair_free")
-        arm_runs = [r for r in runs if r["arm"] == arm and "pair_free" in r]
+        arm_runs = [r for r in runs if r["arm"] == arm and r.get("pair_free")]
         statuses = {str(r["seed"]): r["pair_free"].get("status") for r in arm_runs}
         pool = arm_runs[0]["pair_free"] if arm_runs else {}
-        rows.append({"arm": arm, "run": pf is not None, "paired": paired.get("mean"),
+        rows.append({"arm": arm, "run": bool(pf), "paired": paired.get("mean"),
                      "paired_ci": paired.get("ci"), "statuses": statuses,
                      "collapsed": sorted(s for s, v in statuses.items() if v != "ok"),
                      **{f: (pf or {}).get(f) or {} for f in PAIR_FREE_FIELDS},

@@ -214,7 +214,8 @@ def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_
     assert about_data and not [c["id"] for c in about_data if c["verdict"] == "reproduced"]
     with sqlite3.connect(repo / "mlflow.db") as db:
         rows = db.execute("select name, status from runs").fetchall()
-    assert sorted(rows) == [("bad-s0", "FINISHED"), ("good-s0", "FINISHED"),
-                            ("ntp-s0", "FINISHED")]
+    seeds = [(f"{a}-s0", "FINISHED") for a in ("good", "bad", "ntp")]
+    arms = [(f"{a} (seeds 0)", "FINISHED") for a in ("good", "bad", "ntp")]
+    assert sorted(rows) == sorted(seeds + arms + [("flickr30k results", "FINISHED")])
     assert (repo / "reports/audit.html").stat().st_size > 1000
     assert (repo / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"
