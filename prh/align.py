@@ -96,12 +96,13 @@ def image_to_text_recall(pmap: ProcrustesMap, img: np.ndarray, txt: np.ndarray,
     """
     for k in ks:
         metrics.check_k(k, np.shape(img)[0] + 1, "recall")
-    ranks = metrics.retrieval_ranks(_unit_or_zero(pmap.image_to_text(img)),
-                                    _unit_or_zero(pmap.text(txt)))
+    ranks = metrics.retrieval_ranks(unit_or_zero(pmap.image_to_text(img)),
+                                    unit_or_zero(pmap.text(txt)))
     return {k: (ranks < k).astype(np.float64) for k in ks}
 
 
-def _unit_or_zero(x: np.ndarray) -> np.ndarray:
+def unit_or_zero(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length; a zero row stays zero (it ties with every candidate)."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from prh import metrics
-from prh.align import ProcrustesMap, _unit_or_zero, image_to_text_recall
+from prh.align import ProcrustesMap, image_to_text_recall, unit_or_zero
 
 
 def check_photo_index(photo: np.ndarray, n: int, n_captions: int) -> np.ndarray:
@@ -70,7 +70,7 @@ def shared_space(pmap: ProcrustesMap, img: np.ndarray, txt: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mapped images and centred texts, unit rows (zero rows stay zero): their dot products
     are the cosines `prh.align.image_to_text_recall` ranks by."""
-    return _unit_or_zero(pmap.image_to_text(img)), _unit_or_zero(pmap.text(txt))
+    return unit_or_zero(pmap.image_to_text(img)), unit_or_zero(pmap.text(txt))
 
 
 def image_to_text_any(img: np.ndarray, txt: np.ndarray, photo: np.ndarray, *,
@@ -79,7 +79,7 @@ def image_to_text_any(img: np.ndarray, txt: np.ndarray, photo: np.ndarray, *,
     scores above every other photo's caption by more than the rounding bound. Float64 [n]."""
     q, c = metrics.check_matrix(img, "images"), metrics.check_matrix(txt, "captions")
     photo = check_photo_index(photo, q.shape[0], c.shape[0])
-    tol = metrics._tie_tol(q, c, None)
+    tol = metrics.tie_tol(q, c, None)
     hits = np.empty(q.shape[0])
     for lo in range(0, q.shape[0], chunk):
         hi = min(lo + chunk, q.shape[0])
@@ -96,7 +96,7 @@ def text_to_image(txt: np.ndarray, img: np.ndarray, photo: np.ndarray, *,
     rule: rank = #{photos scoring >= the true one - bound} - 1, a hit at rank 0). Float64 [N]."""
     q, c = metrics.check_matrix(txt, "captions"), metrics.check_matrix(img, "images")
     photo = check_photo_index(photo, c.shape[0], q.shape[0])
-    tol = metrics._tie_tol(q, c, None)
+    tol = metrics.tie_tol(q, c, None)
     hits = np.empty(q.shape[0])
     for lo in range(0, q.shape[0], chunk):
         hi = min(lo + chunk, q.shape[0])

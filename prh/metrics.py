@@ -70,7 +70,7 @@ def is_collapsed(x: np.ndarray, rtol: float = 1e-9) -> bool:
 
 
 # ----------------------------------------------------------------------------- retrieval
-def _tie_tol(q: np.ndarray, c: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
+def tie_tol(q: np.ndarray, c: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
     """Rounding bound of fl(q_i . c_j - shift_j) per query row: (d + 2) eps (|q_i| max|c| +
     max|shift|)."""
     eps = np.finfo(np.float64).eps * (q.shape[1] + 2)
@@ -85,7 +85,7 @@ def _ranks(q: np.ndarray, c: np.ndarray, chunk: int,
            shift: np.ndarray | None = None) -> np.ndarray:
     """rank_i = #{j : s_ij >= s_ii - tol_i} - 1 with s = q c^T - shift (chunked)."""
     n = q.shape[0]
-    tol = _tie_tol(q, c, shift)
+    tol = tie_tol(q, c, shift)
     ranks = np.empty(n, dtype=np.int64)
     for lo in range(0, n, chunk):
         hi = min(lo + chunk, n)

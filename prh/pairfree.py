@@ -60,7 +60,7 @@ def _unit_centre_unit(x: np.ndarray, name: str) -> np.ndarray:
     """VecMap's `unit center unit`: rows to unit length, columns centred, rows to unit length
     (a row equal to the mean stays zero)."""
     x = metrics.l2_normalize(x, name)
-    return align._unit_or_zero(x - x.mean(axis=0))
+    return align.unit_or_zero(x - x.mean(axis=0))
 
 
 def numerical_rank_below_2(x: np.ndarray) -> bool:
@@ -199,7 +199,7 @@ def score_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndar
                 "foscttm": 1.0, "iterations": 0, "n_matches": 0, **out}
     pmap = fit_pairfree(pool_img, pool_txt, seed=seed, **fit)
     hits = align.image_to_text_recall(pmap, test_img, test_txt)[1]
-    f = metrics.foscttm(align._unit_or_zero(pmap.image_to_text(test_img)),
-                        align._unit_or_zero(pmap.text(test_txt)))
+    f = metrics.foscttm(align.unit_or_zero(pmap.image_to_text(test_img)),
+                        align.unit_or_zero(pmap.text(test_txt)))
     return {"status": "ok", "r_at_1": float(hits.mean()), "foscttm": float(f.mean()),
             "iterations": pmap.iterations, "n_matches": pmap.n_matches, **out}
