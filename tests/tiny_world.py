@@ -18,13 +18,15 @@ BIN = Path(sys.executable).parent
 
 def tiny_params(raw: dict, epochs: int = 2) -> dict:
     """params.yaml scaled down to seconds per training: 120 training photos, a one-layer
-    encoder, `epochs` epochs with the per-epoch evaluation on (one MLflow step per epoch)."""
+    encoder, `epochs` epochs with the per-epoch evaluation on (one MLflow step per epoch), and
+    a probe stage of one arm at one SIGReg weight for one epoch (trained twice)."""
     w = raw["world"]
     w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
     w["image"].update(epochs=1)
     w["train"].update(epochs=epochs, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48,
                       model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
     w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40], pairfree_pool=50)
+    w["probe"].update(arms=["good"], epochs=1, lambdas=[0.02])  # two one-epoch trainings
     w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
     return raw
 
