@@ -118,6 +118,12 @@ def candidates_per_item(photo: np.ndarray, other_photos: bool) -> int:
     return len(photo) - (int(np.bincount(photo).max()) if other_photos else 1)
 
 
+def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows, index of each row's distinct row): x == distinct[index]."""
+    uniq, inv = np.unique(x, axis=0, return_inverse=True)
+    return uniq, inv.ravel()
+
+
 def caption_mutual_knn(img: np.ndarray, txt: np.ndarray, photo: np.ndarray, k: int, *,
                        other_photos: bool, chunk: int = metrics.CHUNK) -> np.ndarray:
     """Mutual k-NN over caption-level pairs: item r is (image of photo[r], caption r), N items.
@@ -125,7 +131,8 @@ def caption_mutual_knn(img: np.ndarray, txt: np.ndarray, photo: np.ndarray, k: i
     N_img(r): the k items whose photos' images are nearest to photo[r]'s (cosine, self
     excluded); N_txt(r): the k captions nearest to caption r. m_r = |N_img ∩ N_txt| / k.
     Ties go to the lowest index (`prh.metrics.knn_mask`): the image side compares one
-    photo-level similarity per pair of photos, so copies of a photo tie exactly.
+    photo-level similarity per pair of photos and the text side one per pair of distinct
+    captions, so copies tie exactly (cosines equal only mathematically may round apart).
     other_photos=False: siblings (captions of the same photo) are candidates, and on the image
     side they tie with the item itself, so they come first. other_photos=True: siblings are
     excluded from both sides, leaving neighbours among the other photos. With one caption per
@@ -140,12 +147,16 @@ def caption_mutual_knn(img: np.ndarray, txt: np.ndarray, photo: np.ndarray, k: i
     if not 1 <= k <= room:
         raise ValueError(f"caption mutual k-NN: need 1 <= k <= {room} candidates per item, "
                          f"got k={k} with {n_items} captions")
+    # similarities against each distinct row, then spread to its copies: a matrix product can
+    # round identical columns differently, and the lowest-index rule needs copies to tie exactly
+    sim_photo = a @ a.T  # [n_photos, n_photos], one value per pair of photos
+    ub, ib = _distinct_rows(b)
     out = np.empty(n_items)
     for lo in range(0, n_items, chunk):
         hi = min(lo + chunk, n_items)
         rows = np.arange(lo, hi)
-        sa = (a[photo[lo:hi]] @ a.T)[:, photo]
-        sb = b[lo:hi] @ b.T
+        sa = sim_photo[photo[lo:hi]][:, photo]
+        sb = (b[lo:hi] @ ub.T)[:, ib]
         if other_photos:
             same = photo[lo:hi, None] == photo[None, :]
             sa[same] = -np.inf
