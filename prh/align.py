@@ -57,6 +57,7 @@ class AlignmentScores:
     per_query: dict[str, np.ndarray]
     fit_size_curve: list[dict[str, float]] = field(default_factory=list)
     calibrated: dict[str, dict[str, float]] = field(default_factory=dict)
+    pmap: ProcrustesMap | None = None  # the map fitted on all fit rows
 
 
 def procrustes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -181,6 +182,7 @@ def score_alignment(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarr
         fit_size_curve=fit_size_curve(fit_img, fit_txt, test_img, test_txt, fit_sizes, seed),
         calibrated={name: calibrate.calibrate(scores[name], null[name]) for name in raw}
         if n_permutations else {},
+        pmap=pmap,
     )
 
 

@@ -188,6 +188,10 @@ def pool_sizes(sizes: Sequence[int], n: int) -> list[int]:
     return sorted({int(s) for s in sizes if s < n} | {n})
 
 
+# a pool's retrieval scores; its mutual k-NNs are the mknn{k}* keys
+POOL_METRICS = ("r_at_1", "r_at_1_i2t_all", "r_at_1_t2i_all")
+
+
 def _pool_outcomes(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt: np.ndarray,
                    photo: np.ndarray, k: int) -> dict[str, np.ndarray]:
     """Per-photo outcomes of one pool: one-caption R@1 and mutual k-NN, `score_captions`."""
@@ -208,17 +212,6 @@ def _pool_chance(n: int, photo: np.ndarray, k: int, keys: Iterable[str]) -> dict
         f"mknn{k}_captions": lambda: k / (len(photo) - 1),
         f"mknn{k}_captions_other_photos": lambda: float(np.mean(k / (len(photo) - counts)))}
     return {key: chance[key]() for key in keys}
-
-
-def _pool_outcome_names(k: int, photo: np.ndarray, n: int) -> set[str]:
-    """The outcomes `_pool_outcomes` gives a pool of n photos with captions `photo`."""
-    names = {"r_at_1", "r_at_1_i2t_all", "r_at_1_t2i_all"}
-    if k < n:
-        names.add(f"mknn{k}")
-    for suffix, other in (("", False), ("_other_photos", True)):
-        if k <= candidates_per_item(photo, other):
-            names.add(f"mknn{k}_captions{suffix}")
-    return names
 
 
 def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt: np.ndarray,
@@ -253,9 +246,9 @@ def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt
             keep = np.isin(photo, sub)
             pool_photo = np.searchsorted(sub, photo[keep])
             if m == n and whole is not None:
-                names = _pool_outcome_names(k, photo, n)
-                per = {key.removesuffix("_hit"): v for key, v in whole.items()
-                       if key.removesuffix("_hit") in names}
+                per = {name: v for name, v in ((key.removesuffix("_hit"), v)
+                                               for key, v in whole.items())
+                       if name in POOL_METRICS or name.startswith(f"mknn{k}")}
             else:
                 per = _pool_outcomes(pmap, img[sub], txt_one[sub], txt[keep], pool_photo, k)
             scores.append({key: float(np.mean(v)) for key, v in per.items()})

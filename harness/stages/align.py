@@ -93,7 +93,6 @@ def main(argv: list[str]) -> int:
     from prh.align import (
         check_disjoint,
         check_scoring_sizes,
-        fit_procrustes,
         load_split,
         score_alignment,
     )
@@ -131,7 +130,7 @@ def main(argv: list[str]) -> int:
     try:  # the same map against all captions, and as the pool grows (prh.gallery)
         cap_ids, txt_all, _ = load_embeddings(captions)
         photo = photo_index(cap_ids, ids_test)
-        pmap = fit_procrustes(img_fit, txt_fit)
+        pmap = scores.pmap
         scores.per_query.update(score_captions(pmap, img_test, txt_all, photo, ev.k))
         gallery = gallery_curve(pmap, img_test, txt_test, txt_all, photo, k=ev.k,
                                 sizes=ev.gallery_sizes, draws=ev.gallery_draws,

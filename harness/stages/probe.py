@@ -118,9 +118,10 @@ def main(argv: list[str]) -> int:
         runs = {}
         for arm in probe.arms:
             for lamb in ((None,) if arm == "ntp" else probe.lambdas):
-                key = f"{arm}-{'none' if lamb is None else lamb}"
+                key = (arm, lamb)
                 runs[key] = train_and_score(short_config(configs[arm], probe, lamb), photos,
-                                            tokenizer, image, Path(scratch) / key, ev.k)
+                                            tokenizer, image, Path(scratch) / f"{arm}-{lamb}",
+                                            ev.k)
                 sweep.append({"arm": arm, "lamb": lamb, **{
                     m: runs[key]["scores"][m] for m in ("r_at_1", "r_at_5", f"mknn{ev.k}",
                                                         "chance_r_at_1")}})
@@ -129,7 +130,7 @@ def main(argv: list[str]) -> int:
         arm = probe.arms[0]
         lamb = None if arm == "ntp" else configs[arm].lamb
         cfg = short_config(configs[arm], probe, lamb)
-        first = runs.get(f"{arm}-{'none' if lamb is None else lamb}") or train_and_score(
+        first = runs.get((arm, lamb)) or train_and_score(
             cfg, photos, tokenizer, image, Path(scratch) / "first", ev.k)
         second = train_and_score(cfg, photos, tokenizer, image, Path(scratch) / "repeat", ev.k)
     import torch
