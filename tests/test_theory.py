@@ -101,18 +101,23 @@ def test_prop2_moments_cannot_fix_the_rotation_but_k_pairs_can():
 
 
 def assert_grid_identities(res: dict) -> None:
+    """Each identity within its row's attainable accuracy (prh.theory.rounding_tolerance:
+    n_obs * eps over the eigengap at the top-k cut, Davis-Kahan), not within one BLAS's
+    result: the rerun article's 6e-14 for error = 2r comes from its own draw of worlds, and
+    a draw with a gap of 5e-4 at the cut allows 7e-11 on any machine."""
     k = res["k"]
-    assert res["good_view_max_abs_error"] < 1e-12  # Theorem 1
-    assert res["under_max_abs_error"] < 1e-12
-    assert res["max_abs_error_minus_2r"] < 1e-12  # Prop. 3: each lost direction costs 2
-    assert res["max_abs_r_minus_integer"] < 1e-12
+    over = res["identities_over_tolerance"]
+    assert over["good_view_error"] <= 1  # Theorem 1
+    assert over["under_error"] <= 1
+    assert over["error_minus_2r"] <= 1  # Prop. 3: each lost direction costs 2
+    assert over["r_off_integer"] <= 1
     assert res["threshold_holds"] and res["r_matches_prediction"]
     assert res["theorem3_floor_holds"]
     assert res["above_min_r"] >= 1 and res["n_above"] > 0 and res["n_under"] > 0
     assert res["n_under"] + res["n_above"] == res["n_points"]
     assert len(res["tie_rows"]) == res["n_worlds"]
     for row in res["tie_rows"]:
-        assert row["r"] == k and abs(row["error"] - 2 * k) < 1e-12
+        assert row["r"] == k  # error = 2r on these rows: in over["error_minus_2r"]
 
 
 def test_grid_of_the_rerun_article():
