@@ -1,7 +1,8 @@
 """The Flickr30k path on a miniature Flickr30k (tests/flickr_mini.py): the stages that read the
 user's data refuse each kind of bad input with one error line naming the file, the record and
-the fix, before any training and with nothing left behind; then the real `harness run` (dvc
-repro) on the flickr30k profile, with only sizes overridden, ends at the report."""
+the fix, before any training and with nothing left behind. Slow (`.ci/run`'s pipeline section,
+minutes of BERT-S and ViT-B/14 processes): the real `harness run` (dvc repro) on the flickr30k
+profile, with only sizes overridden, ends at the report."""
 
 from __future__ import annotations
 
@@ -193,6 +194,7 @@ def test_weights_of_another_model_stop_the_image_stage(user, capsys, timm_weight
     assert not (user / "runs").exists()
 
 
+@pytest.mark.slow
 def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_weights):
     """From a clean checkout: the user's data and timm-layout weights, `harness run`."""
     repo = copy_code(tmp_path / "clone")
