@@ -56,9 +56,13 @@ def error_bars_item(results: Mapping[str, Any] | None) -> dict[str, Any]:
                 "seed spread per arm: mean, half-range, std, min and max over seeds"]
     if gaps:
         evidence.append(f"{len(gaps)} paired gaps between arms: {gaps[0].get('ci_method')}")
-    if "two_level" in m:
-        evidence.append("the audit's verdicts use a two-level bootstrap (seeds, then test "
-                        "pairs) with a prediction interval for a replication")
+    tl = m.get("two_level") or {}
+    if tl.get("method"):
+        widened = (", widened by the claim's own seed noise (a replication on the same test "
+                   "pairs)" if tl.get("training_variance") else "")
+        evidence.append(f"the audit's verdicts on a printed number: {tl['method']}{widened}")
+    if tl.get("method_population") not in (None, tl.get("method")):
+        evidence.append(f"beyond these test pairs: {tl['method_population']}")
     return _item("error_bars", "Are error bars reported, and is it said how they are computed "
                  "and what variability they capture?", "yes", evidence)
 

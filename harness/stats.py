@@ -10,9 +10,11 @@ rerun resamples within a seed and reports the spread across seeds on its own):
   outlier seeds are flagged (`seed_spread`); the audit article's seed section turns on a
   fourth seed at .121 against .191 / .181 / .179.
 
-The audit's verdicts use both levels at once (`two_level_mean`, `two_level_gap`: seeds, then the
-test pairs they share), with a prediction interval for a replication; below 3 seeds they
-resample test pairs only and say that training variance is not estimated.
+The audit's verdicts read `two_level_mean` / `two_level_gap` (`TwoLevel`): a crossed
+random-effects model of seeds x test pairs with moment estimators, giving the variance on the
+fixed test pairs a paper's number shares (seeds only) and the variance over test pairs too,
+with a prediction interval for a replication on the same pairs; below 3 seeds both cover test
+pairs only and say that training variance is not estimated.
 
 Every interval carries its method, its n and its number of resamples, so that whatever prints
 it can say what the interval is. Randomness comes only from `numpy.random.default_rng(seed)`.
@@ -209,13 +211,30 @@ MIN_SEEDS_FOR_TRAINING_VARIANCE = 3  # below it, a between-seed variance is not 
 
 @dataclass(frozen=True)
 class TwoLevel:
-    """A two-level (seeds x test pairs) estimate of a mean or of a paired gap between two arms.
+    """A seeds x test pairs estimate of one arm's mean or of a paired gap between two arms.
 
-    `se` is the bootstrap standard error corrected for the plug-in bias at each level; `df` the
-    Welch-Satterthwaite degrees of freedom of that se (seed level: seeds - 1, pair level:
-    pairs - 1). `seed_var` is the between-seed variance of one seed's value (ddof=1; None when
-    training variance is not estimated) and `pair_var` the variance of the mean from the test
-    pairs alone; both feed `prediction_interval`.
+    Model, per arm: a crossed two-way random-effects design without replication,
+    x[s, i] = mu + a_s + b_i + e_si, with seed effects a_s (variance s_a^2), test-pair effects
+    b_i (s_b^2) and a seed x pair residual e_si (s_e^2; it holds which pairs a given training run
+    gets right, so it is training variance too). Two targets, two variances:
+
+    - on these test pairs (`se`, `df`, `interval`, `prediction_interval`): what a training run
+      of the recipe scores on the very pairs scored, which is what a paper's number on the same
+      1,000 Flickr30k test pairs is. The pair effects are shared by claim and rerun, so
+      Var = (s_a^2 + s_e^2 / n) / S, the variance of one seed's mean over S, estimated by the
+      variance (ddof 1) of the S per-seed means: Student t with S - 1 df (for a gap,
+      Welch-Satterthwaite over both arms). Unbiased for independent seeds whatever the pairs.
+    - over test pairs too (`se_population`, `df_population`, `population_interval`): for a
+      statement meant to hold beyond these pairs. Var = s_a^2 / S + s_b^2 / n + s_e^2 / (S n)
+      = (MS_seed + MS_pair - MS_resid) / (S n) from the ANOVA mean squares, with each variance
+      component truncated at 0 and Satterthwaite (1946, Biometrics Bull. 2(6)) df from the mean
+      squares that enter (Searle, Casella & McCulloch 1992, Variance Components, ch. 4).
+
+    Below 3 seeds no training variance is estimated: both intervals are over test pairs only
+    (the per-pair outcome averaged over seeds, df n - 1) and `note()` says so. `seed_var`: the
+    variance of one seed's mean on these pairs (for a gap, of one seed per arm); `pair_var`: the
+    test-pair component s_b^2 / n (below 3 seeds, the whole test-pair variance); `noise_var`: the
+    residual part s_e^2 / (S n) of se^2 (None with one seed). No resampling: `n_resamples` is 0.
     """
 
     estimate: float
@@ -227,6 +246,10 @@ class TwoLevel:
     seed_var: float | None
     pair_var: float
     method: str
+    se_population: float
+    df_population: float
+    method_population: str
+    noise_var: float | None = None
 
     @property
     def training_variance(self) -> bool:
@@ -238,34 +261,45 @@ class TwoLevel:
         return (f"training variance not estimated ({self.n_seeds} seed(s) < "
                 f"{MIN_SEEDS_FOR_TRAINING_VARIANCE}): the interval covers test pairs only")
 
-    def interval(self, level: float = 0.95) -> Interval:
-        """estimate +- t(df) * se (Student t with the Satterthwaite df)."""
+    def _interval(self, se: float, df: float, level: float, method: str) -> Interval:
         _check_common(level, 1)
-        half = float(sps.t.ppf(0.5 + level / 2.0, self.df)) * self.se
-        return Interval(self.estimate - half, self.estimate + half, level, self.method,
+        half = float(sps.t.ppf(0.5 + level / 2.0, df)) * se
+        return Interval(self.estimate - half, self.estimate + half, level, method,
                         self.n_pairs, self.n_resamples, self.note())
+
+    def interval(self, level: float = 0.95) -> Interval:
+        """estimate +- t(df) * se: the value on these test pairs (seeds vary, pairs fixed)."""
+        return self._interval(self.se, self.df, level, self.method)
+
+    def population_interval(self, level: float = 0.95) -> Interval:
+        """estimate +- t(df_population) * se_population: seeds and test pairs both vary."""
+        return self._interval(self.se_population, self.df_population, level,
+                              self.method_population)
 
     def prediction_interval(self, m_seeds: int, level: float = 0.95) -> Interval:
-        """Where the mean of an independent replication with `m_seeds` seeds on as many test
-        pairs would fall: the rerun's own uncertainty plus the replication's (seed_var / m +
-        pair_var). A replication on the very same test pairs shares their noise, so this is
-        conservative there."""
-        _check_common(level, 1)
+        """Where the mean of an independent m-seed replication on these same test pairs falls
+        (a paper's number is one): variance se^2 + one seed's variance / m, t with the rerun's
+        df (a two-sample t whose common per-seed variance comes from the rerun alone). Below 3
+        seeds one seed's variance is stood in for by n_seeds * se^2, the test-pair variance of
+        one seed's mean: it holds the pair effects a shared-pairs replication does not add, so
+        it is wider than needed unless training variance exceeds it."""
         if m_seeds < 1:
             raise ValueError(f"m_seeds must be >= 1, got {m_seeds}")
-        extra = (self.seed_var or 0.0) / m_seeds + self.pair_var
-        half = float(sps.t.ppf(0.5 + level / 2.0, self.df)) * math.sqrt(self.se ** 2 + extra)
-        return Interval(self.estimate - half, self.estimate + half, level,
-                        f"prediction interval for a {m_seeds}-seed replication ({self.method})",
-                        self.n_pairs, self.n_resamples, self.note())
+        one_seed = self.seed_var if self.seed_var is not None else self.n_seeds * self.se ** 2
+        return self._interval(math.sqrt(self.se ** 2 + one_seed / m_seeds), self.df, level,
+                              f"prediction interval for a {m_seeds}-seed replication on the "
+                              f"same test pairs ({self.method})")
 
     def to_dict(self, level: float = 0.95) -> dict[str, object]:
-        iv = self.interval(level)
+        iv, pop = self.interval(level), self.population_interval(level)
         return {"estimate": self.estimate, "se": self.se, "df": self.df, "ci": [iv.lo, iv.hi],
                 "ci_level": level, "method": self.method, "n_seeds": self.n_seeds,
                 "n_pairs": self.n_pairs, "n_resamples": self.n_resamples,
                 "seed_var": self.seed_var, "pair_var": self.pair_var,
-                "training_variance": self.training_variance, "note": self.note()}
+                "training_variance": self.training_variance, "note": self.note(),
+                "se_population": self.se_population, "df_population": self.df_population,
+                "ci_population": [pop.lo, pop.hi], "method_population": self.method_population,
+                "noise_var": self.noise_var}
 
 
 def _as_runs(x: np.ndarray, name: str) -> np.ndarray:
@@ -278,78 +312,74 @@ def _as_runs(x: np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
-def _seed_weights(rng: np.random.Generator, n_seeds: int, rows: int, resample: bool
-                  ) -> np.ndarray:
-    """(rows, n_seeds) weights summing to 1: seeds drawn with replacement, or all seeds equally."""
-    if not resample:
-        return np.full((rows, n_seeds), 1.0 / n_seeds)
-    draws = rng.integers(0, n_seeds, size=(rows, n_seeds))
-    return np.stack([np.bincount(d, minlength=n_seeds) for d in draws]) / n_seeds
+def _residual_ms(x: np.ndarray) -> float:
+    """The two-way ANOVA residual mean square of x (S >= 2 seeds x n pairs): E = s_e^2."""
+    r = x - x.mean(axis=1, keepdims=True) - x.mean(axis=0, keepdims=True) + x.mean()
+    return float((r ** 2).sum()) / ((x.shape[0] - 1) * (x.shape[1] - 1))
 
 
-def _two_level(arms: list[np.ndarray], signs: list[float], n_resamples: int, seed: int
-               ) -> TwoLevel:
-    """Crossed two-level bootstrap of sum_k sign_k * mean(arm_k): each replicate redraws every
-    arm's seeds (independently: arms are trained separately), then one set of test-pair indices
-    shared by all arms and seeds (every seed of every arm is scored on the same test pairs; the
-    crossed design of Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat. 1(2)).
+def _satterthwaite(terms: list[tuple[float, float]]) -> float:
+    """df of a sum of scaled mean squares, given (term, its df) pairs (Satterthwaite 1946);
+    the smallest df when every term is 0 (nothing varies: any df gives a zero-width interval)."""
+    denom = sum(v ** 2 / d for v, d in terms)
+    return sum(v for v, _ in terms) ** 2 / denom if denom > 0 else min(d for _, d in terms)
 
-    The replicate variance is split by level with the plug-in components and each is corrected
-    for its plug-in bias (Davison & Hinkley 1997, section 3.8: a bootstrap over S seeds sees
-    (S - 1) / S of the between-seed variance); df by Welch-Satterthwaite (1946)."""
-    n_pairs = arms[0].shape[1]
-    if any(a.shape[1] != n_pairs for a in arms):
+
+def _two_level(arms: list[np.ndarray], signs: list[float]) -> TwoLevel:
+    """sum_k sign_k * mean(arm_k) with both variances of `TwoLevel` (moment estimators). Arms
+    are trained separately (independent seeds) and scored on the same test pairs (paired)."""
+    n = arms[0].shape[1]
+    if any(a.shape[1] != n for a in arms):
         raise ValueError(f"arms are scored on {[a.shape[1] for a in arms]} test pairs; a paired "
                          "gap needs the same test pairs in the same order")
-    _check_common(0.5, n_resamples)
-    estimated = min(a.shape[0] for a in arms) >= MIN_SEEDS_FOR_TRAINING_VARIANCE
-    rng = np.random.default_rng(seed)
-    reps = np.empty(n_resamples)
-    rows = max(1, _CHUNK // n_pairs)
-    for start in range(0, n_resamples, rows):
-        stop = min(start + rows, n_resamples)
-        per_pair = sum(s * (_seed_weights(rng, a.shape[0], stop - start, estimated) @ a)
-                       for a, s in zip(arms, signs, strict=True))
-        idx = rng.integers(0, n_pairs, size=(stop - start, n_pairs))
-        reps[start:stop] = np.take_along_axis(per_pair, idx, axis=1).mean(axis=1)
-    pooled = sum(s * a.mean(axis=0) for a, s in zip(arms, signs, strict=True))
-    pair_plugin = float(np.var(pooled)) / n_pairs
-    seed_plugins = [float(np.var(a.mean(axis=1))) / a.shape[0] if estimated else 0.0
-                    for a in arms]
-    total_plugin = pair_plugin + sum(seed_plugins)
-    boot_var = float(np.var(reps, ddof=1))
-    scale = boot_var / total_plugin if total_plugin > 0 else 0.0
-    pair_v = scale * pair_plugin * n_pairs / (n_pairs - 1)
-    seed_vs = [scale * v * a.shape[0] / (a.shape[0] - 1) if estimated else 0.0
-               for v, a in zip(seed_plugins, arms, strict=True)]
-    var = pair_v + sum(seed_vs)
-    dof_terms = pair_v ** 2 / (n_pairs - 1) + sum(
-        v ** 2 / (a.shape[0] - 1) for v, a in zip(seed_vs, arms, strict=True) if estimated)
-    df = var ** 2 / dof_terms if dof_terms > 0 else float(n_pairs - 1)
-    seed_var = (sum(v * a.shape[0] for v, a in zip(seed_vs, arms, strict=True))
-                if estimated else None)
-    levels = "seeds, then test pairs" if estimated else "test pairs of the seed-mean outcome"
-    what = "paired gap" if len(arms) == 2 else "mean"
-    seeds = "/".join(str(a.shape[0]) for a in arms)
-    return TwoLevel(float(pooled.mean()), math.sqrt(var), float(df), min(a.shape[0] for a in arms),
-                    n_pairs, n_resamples, seed_var, pair_v,
-                    f"two-level bootstrap of the {what} ({levels}; {seeds} seeds, {n_pairs} "
-                    f"pairs, {n_resamples} resamples, t with Satterthwaite df)")
+    seeds = [a.shape[0] for a in arms]
+    per_pair = sum(s * a.mean(axis=0) for a, s in zip(arms, signs, strict=True))
+    pair_total = float(np.var(per_pair, ddof=1)) / n  # (s_b^2 + sum_k s_e,k^2 / S_k) / n
+    resid = [_residual_ms(a) / (s * n) if s > 1 else None for a, s in zip(arms, seeds,
+                                                                           strict=True)]
+    noise = None if None in resid else float(sum(resid))
+    what, shown = ("paired gap" if len(arms) == 2 else "mean"), "/".join(map(str, seeds))
+    if min(seeds) < MIN_SEEDS_FOR_TRAINING_VARIANCE:
+        label = (f"test pairs only: {what} of the per-pair outcome averaged over {shown} "
+                 f"seed(s), {n} pairs, t with {n - 1} df; training variance not estimated")
+        se = math.sqrt(pair_total)
+        return TwoLevel(float(per_pair.mean()), se, float(n - 1), min(seeds), n, 0, None,
+                        pair_total, label, se, float(n - 1), label, noise)
+    seed_mean_var = [float(np.var(a.mean(axis=1), ddof=1)) for a in arms]
+    fixed = [(v / s, float(s - 1)) for v, s in zip(seed_mean_var, seeds, strict=True)]
+    assert noise is not None
+    # Var = sum_k [seed_k + resid_k] + pair, each component a difference of mean-square terms:
+    # seed_k = fixed_k - resid_k (s_a,k^2 / S_k) and pair = pair_total - sum_k resid_k
+    # (s_b^2 / n); a component estimated below 0 is dropped with its terms, so every term
+    # enters with coefficient 1, 0 or -1 and the df come from exactly those that enter
+    use_seed = [v > r for (v, _), r in zip(fixed, resid, strict=True)]
+    use_pair = pair_total > noise
+    population = [(v * u, d) for (v, d), u in zip(fixed, use_seed, strict=True)]
+    population += [(r * (1 - u - use_pair), float((s - 1) * (n - 1)))
+                   for r, u, s in zip(resid, use_seed, seeds, strict=True)]
+    population.append((pair_total * use_pair, float(n - 1)))
+    seeds_label = (f"seeds on these test pairs: {what}, t on the variance of the {shown} "
+                   f"per-seed means ({n} pairs held fixed, "
+                   + (f"df {seeds[0] - 1})" if len(arms) == 1 else "Welch-Satterthwaite df)"))
+    return TwoLevel(float(per_pair.mean()), math.sqrt(sum(v for v, _ in fixed)),
+                    _satterthwaite(fixed), min(seeds), n, 0, float(sum(seed_mean_var)),
+                    max(pair_total - noise, 0.0), seeds_label,
+                    math.sqrt(sum(v for v, _ in population)), _satterthwaite(population),
+                    f"seeds and test pairs: {what}, crossed random-effects ANOVA ({shown} seeds "
+                    f"x {n} pairs, moment estimator), t with Satterthwaite df", noise)
 
 
-def two_level_mean(x: np.ndarray, *, n_resamples: int = 2_000, seed: int = 0) -> TwoLevel:
-    """Two-level bootstrap of one arm's metric. `x[s, i]`: the outcome of test pair i under seed
-    s (e.g. an R@1 hit), shape (n_seeds, n_pairs). With fewer than 3 seeds the seeds are
-    averaged and only test pairs are resampled; `note()` says so."""
-    return _two_level([_as_runs(x, "two_level_mean")], [1.0], n_resamples, seed)
+def two_level_mean(x: np.ndarray) -> TwoLevel:
+    """One arm's metric over seeds and test pairs (`TwoLevel`). `x[s, i]`: the outcome of test
+    pair i under seed s (e.g. an R@1 hit), shape (n_seeds, n_pairs)."""
+    return _two_level([_as_runs(x, "two_level_mean")], [1.0])
 
 
-def two_level_gap(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 2_000, seed: int = 0
-                  ) -> TwoLevel:
-    """Two-level bootstrap of mean(a) - mean(b): seeds of each arm redrawn independently, test
-    pairs redrawn jointly (paired). Shapes (n_seeds_a, n_pairs) and (n_seeds_b, n_pairs)."""
+def two_level_gap(a: np.ndarray, b: np.ndarray) -> TwoLevel:
+    """mean(a) - mean(b) over seeds and test pairs (`TwoLevel`): seeds independent per arm,
+    test pairs shared (paired). Shapes (n_seeds_a, n_pairs) and (n_seeds_b, n_pairs)."""
     return _two_level([_as_runs(a, "two_level_gap a"), _as_runs(b, "two_level_gap b")],
-                      [1.0, -1.0], n_resamples, seed)
+                      [1.0, -1.0])
 
 
 CONTROL_KEYS = ("control_random_map_r_at_1", "control_shuffled_r_at_1", "chance_r_at_1")
@@ -366,8 +396,8 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
     `metrics`. Per arm and metric: the seed spread of the run means and a bootstrap interval
     over test pairs of the per-pair outcome averaged over seeds; per pair of arms and metric:
     the paired bootstrap interval of the gap (same test pairs). Controls and chance levels are
-    reported as seed spreads only. `two_level` (per metric and per gap): the two-level
-    (seeds x test pairs) bootstrap of `two_level_mean` / `two_level_gap`, which the audit's
+    reported as seed spreads only. `two_level` (per metric and per gap): `two_level_mean` /
+    `two_level_gap` (seeds on these test pairs, and seeds and test pairs), which the audit's
     verdicts read.
     """
     boot = {"level": level, "n_resamples": n_resamples, "seed": seed}
@@ -384,8 +414,7 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
             block["metrics"][m.removesuffix("_hit")] = {
                 **spread, **ci.to_dict(),
                 "ci_method": f"{ci.method} (test pairs; per-pair outcome averaged over seeds)",
-                "two_level": two_level_mean(runs, n_resamples=n_resamples, seed=seed
-                                            ).to_dict(level)}
+                "two_level": two_level_mean(runs).to_dict(level)}
         for extra in ("r_at_1_fit", *CONTROL_KEYS, f"chance_mknn{k}"):
             values = {str(s): run_metrics[arm, s].get(extra, {}).get("value") for s in seeds}
             if all(v is not None for v in values.values()):
@@ -400,8 +429,7 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
             gaps.append({"a": a, "b": b, "metric": m.removesuffix("_hit"), "diff": float(diff),
                          **ci.to_dict(),
                          "ci_method": f"{ci.method} (per-pair outcome averaged over seeds)",
-                         "two_level": two_level_gap(*pair, n_resamples=n_resamples, seed=seed
-                                                    ).to_dict(level)})
+                         "two_level": two_level_gap(*pair).to_dict(level)})
     return {"arms": out_arms, "gaps": gaps}
 
 
