@@ -1,6 +1,6 @@
 """Text embeddings from a trained text encoder: `encode(texts) -> float32 [n, D]`, during
-training (the evaluation hook) or from a finished run's checkpoint. Image embeddings are
-prh.embed's.
+training (the evaluation hook) or from a finished run's checkpoint; and the next-token arm's
+validation loss during training (`make_val_loss`). Image embeddings are prh.embed's.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 from prh.batches import trim
 from prh.checkpoint import read_checkpoint, tokenizer_from_files
 from prh.io import ContractError
+from prh.losses import ntp_loss
 from prh.models import TextEncoder, TextEncoderConfig
 from prh.tokenizer import Tokenizer
 from prh.views import collate_ntp
@@ -41,6 +42,38 @@ def make_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device
         return torch.cat(out).numpy()
 
     return encode
+
+
+def make_val_loss(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int, device: torch.device,
+                  texts: list[str], batch_size: int = 256) -> Callable[[], float]:
+    """val_loss() -> the next-token cross-entropy (nats per target token, every non-padding
+    target of every text counted once) of `texts` under a causal `encoder`, in eval mode.
+
+    Each text is read as the NTP arm trains on it, `[CLS] text [SEP]` cut to `max_len`, and
+    scored by `prh.losses.ntp_loss` (the word embeddings as output head). The audit article's
+    "validation loss bottoms out at 3.04 at epoch 29" is this quantity on the paper's held-out
+    captions; the texts are tokenized once."""
+    if not texts:
+        raise ValueError("make_val_loss: no validation texts")
+    pad = encoder.cfg.pad_id
+    batches = [trim(*collate_ntp(tokenizer.encode_batch(texts[i: i + batch_size]), max_len,
+                                 tokenizer)) for i in range(0, len(texts), batch_size)]
+
+    @torch.no_grad()
+    def val_loss() -> float:
+        was_training = encoder.training
+        encoder.eval()
+        total, count = 0.0, 0
+        for tokens, mask in batches:
+            tokens, mask = tokens.to(device), mask.to(device)
+            n = int((tokens[:, 1:] != pad).sum())
+            total += float(ntp_loss(encoder(tokens, mask), tokens, encoder.word_embeddings,
+                                    pad)) * n
+            count += n
+        encoder.train(was_training)
+        return total / count
+
+    return val_loss
 
 
 def load_text_encoder(out_dir: Path, device: str = "cpu") -> Callable[[list[str]], np.ndarray]:

@@ -39,7 +39,7 @@ from prh.checkpoint import (
 )
 from prh.data import Photo
 from prh.distributed import Process, ddp_wrap, process_group
-from prh.encode_text import make_encode
+from prh.encode_text import make_encode, make_val_loss
 from prh.io import write_json
 from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
 from prh.models import Projector, TextEncoder, TextEncoderConfig, count_parameters
@@ -71,13 +71,17 @@ class TrainState:
 def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokenizer,
                        out_dir: Path, *, eval_hook: EvalHook | None = None,
                        on_epoch: Callable[[int, dict[str, float]], None] | None = None,
-                       progress: bool | None = None) -> dict[str, float]:
+                       progress: bool | None = None,
+                       val_texts: list[str] | None = None) -> dict[str, float]:
     """Train one arm on `photos`; resume from out_dir/checkpoint.pt when it matches `cfg`.
 
     Writes out_dir/config.json at the start, curve.json every epoch and checkpoint.pt every
     `cfg.speed.checkpoint_every` epochs and at the last (rank 0, atomically).
-    `eval_hook(epoch, encode)` runs every `cfg.eval_every` epochs and at the last one; it and
-    `on_epoch(epoch, metrics)` run on rank 0 only. Returns the last epoch's metrics.
+    `eval_hook(epoch, encode)` runs at epoch 1, every `cfg.eval_every` epochs and at the last
+    one (`evaluated`); it and `on_epoch(epoch, metrics)` run on rank 0 only. With `val_texts`
+    the NTP arm also logs `val_loss` every epoch, their next-token loss
+    (prh.encode_text.make_val_loss; JEPA arms have no next-token head and ignore them).
+    Returns the last epoch's metrics.
     """
     cfg.validate()
     if not photos:
@@ -101,6 +105,9 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
         start_epoch, step, curve = resume(ckpt_path, identity, state.net, state.sigreg,
                                           state.optimizer)
         resolved = _resolved_config(state, enc_cfg, identity, proc, steps_per_epoch)
+        val_loss = (make_val_loss(state.net.encoder, tokenizer, cfg.max_len, proc.device,
+                                  list(val_texts))
+                    if val_texts and cfg.arm == "ntp" and proc.rank == 0 else None)
         if proc.rank == 0:
             write_json(out_dir / "config.json", resolved)
         epochs = range(start_epoch + 1, cfg.epochs + 1)
@@ -127,8 +134,10 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
             if not all(math.isfinite(v) for v in metrics.values()):
                 raise FloatingPointError(f"epoch {epoch}: non-finite loss {metrics}; lower "
                                          "train.lr or set train.grad_clip")
-            if proc.rank == 0 and eval_hook is not None and (
-                    epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
+            if val_loss is not None:
+                with rng_untouched():
+                    metrics["val_loss"] = val_loss()
+            if proc.rank == 0 and eval_hook is not None and evaluated(epoch, cfg):
                 with rng_untouched():
                     encode = make_encode(state.net.encoder, tokenizer, cfg.max_len, proc.device,
                                          pad_multiple=cfg.speed.pad_multiple)
@@ -147,6 +156,13 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
                     with rng_untouched():
                         on_epoch(epoch, dict(metrics))
         return dict(curve[-1])
+
+
+def evaluated(epoch: int, cfg: TrainConfig) -> bool:
+    """Whether the per-epoch evaluation runs after `epoch` (counted from 1): the first epoch
+    (the rerun article's curves start there: "after one epoch all three arms already score
+    about .04"), every `cfg.eval_every`-th and the last."""
+    return epoch == 1 or epoch % cfg.eval_every == 0 or epoch == cfg.epochs
 
 
 def train_step(state: TrainState, batch: list[Group], lr: float) -> dict[str, Tensor]:

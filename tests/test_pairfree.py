@@ -182,4 +182,7 @@ def test_the_image_stage_embeds_the_first_half_of_the_train_photos_as_the_image_
     assert ids.tolist() == [p.id for p in train[:20]] and emb.shape == (20, 64)
     assert not set(ids) & {p.id for p in train[-20:]}  # the text pool's photos (train stage)
     assert meta["encoder"] == "world_cnn"
-    assert "pool_images (20)" in capsys.readouterr().out
+    assert "pool_images: the first 20 train rows" in capsys.readouterr().out
+    ids_train, emb_train, _ = load_embeddings(tmp_path / "out/train.npz")  # the 30k map's
+    assert ids_train.tolist() == [p.id for p in train]  # every train photo, pool rows first
+    np.testing.assert_array_equal(emb_train[:20], emb)

@@ -1,6 +1,7 @@
 """Stage `aggregate`: every run's scores in one file, runs/results.json: per-arm seed spread,
 intervals over test pairs of the seed-mean outcome, and paired intervals on the gaps between
-arms (harness.stats.aggregate_runs)."""
+arms (harness.stats.aggregate_runs); per arm, the numbers read off its runs' per-epoch curves
+(harness.curves) and what its train + val map was fitted on."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
     from prh.gallery import curve_over_seeds
 
     from .. import tracking
+    from ..curves import arm_curve, run_curve
     from ..flat import aggregate_metrics
     from ..stats import aggregate_calibrated, aggregate_pair_free, aggregate_runs
 
@@ -49,6 +51,8 @@ def main(argv: list[str]) -> int:
         curves: dict[str, dict[str, list]] = {}  # arm -> seed -> the run's gallery curve
         calibrated = {}  # (arm, seed) -> the run's calibrated block (prh.calibrate)
         pair_free = {}  # (arm, seed) -> the run's pair-free block (prh.pairfree)
+        epoch_curves: dict[str, dict[str, dict]] = {}  # arm -> seed -> harness.curves.run_curve
+        trainval: dict[str, dict] = {}  # arm -> its first seed's train + val map record
         for arm, seed in itertools.product(params.arms, params.seeds):
             name = run_name(arm, seed)
             path = args.align_dir / f"{name}.json"
@@ -66,6 +70,14 @@ def main(argv: list[str]) -> int:
                                     "(`harness run`)")
             calibrated[arm, seed] = run["calibrated"]
             pair_free[arm, seed] = run.get("pair_free", {})
+            if "trainval_map" not in run:
+                raise ContractError(f"{path}: no trainval_map; rerun its align stage "
+                                    "(`harness run`)")
+            trainval.setdefault(arm, run["trainval_map"])
+            try:
+                epoch_curves.setdefault(arm, {})[str(seed)] = run_curve(run["curve"])
+            except ValueError as e:
+                raise ContractError(f"{path}: {e}") from e
             seed_runs[arm, seed] = run["run"].get("mlflow_run_id")
             ids, per_query[arm, seed] = load_per_query(path.with_name(run["per_query"]))
             if ids_ref is None:
@@ -78,6 +90,7 @@ def main(argv: list[str]) -> int:
         gallery = {arm: curve_over_seeds(curves[arm]) for arm in params.arms}
         calibration = aggregate_calibrated(calibrated, params.arms, params.seeds)
         pair_free_arms = aggregate_pair_free(pair_free, params.arms, params.seeds)
+        curve_arms = {arm: arm_curve(epoch_curves[arm]) for arm in params.arms}
     except ValueError as e:
         return fail(ContractError(f"{args.align_dir}: {e}"))
     stats = aggregate_runs(per_query, metrics, params.arms, params.seeds, k=ev.k,
@@ -87,6 +100,8 @@ def main(argv: list[str]) -> int:
         stats["arms"][arm]["gallery_curve"] = gallery[arm]
         stats["arms"][arm]["calibrated"] = calibration[arm]
         stats["arms"][arm]["pair_free"] = pair_free_arms[arm]
+        stats["arms"][arm]["curve"] = curve_arms[arm]
+        stats["arms"][arm]["trainval_map"] = trainval[arm]
     # MLflow's view: a run per arm with the seed runs nested, under a run with the gaps
     run_id = tracking.log_results(stats, seed_runs, profile=params.profile,
                                   params_hash=params.hash, data_hash=summary["data_hash"])

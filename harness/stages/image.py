@@ -1,7 +1,8 @@
 """Stage `image`: image embeddings of the fit (val) and test photos, from the world's small
-bad-view image JEPA trained on the training images, or from frozen DINOv2 ViT-B/14; and of the
-first half of the training photos, the image side of the pair-free pools
-(`prh.data.pairfree_halves`; the align stage uses the first `eval.pairfree_pool` rows)."""
+bad-view image JEPA trained on the training images, or from frozen DINOv2 ViT-B/14; and of
+every training photo (the image side of the map fitted on the train + val pairs), whose first
+half is also written as the image side of the pair-free pools (`prh.data.pairfree_halves`;
+the align stage uses the first `eval.pairfree_pool` rows)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from .common import fail, preflight, stage_parser, weights_path
 
 
 def main(argv: list[str]) -> int:
-    """Embed the val and test photos of --raw (dataset.json, images/) into --out/{val,test}.npz
-    and the first half of the train photos (the pair-free image pool) into
-    --out/pool_images.npz."""
+    """Embed the val, test and train photos of --raw (dataset.json, images/) into
+    --out/{val,test,train}.npz, and the first half of the train photos (the pair-free image
+    pool, the same rows of train.npz) into --out/pool_images.npz."""
     from prh import image
     from prh.data import check_splits, load_karpathy, pairfree_halves
 
@@ -31,10 +32,9 @@ def main(argv: list[str]) -> int:
         check_splits(corpus)
         images = args.raw / "images"
         train = corpus.split("train")
-        splits = {"val": corpus.split("val"), "test": corpus.split("test"),
-                  "pool_images": pairfree_halves(train)[0]}
-        needed = [*splits["val"], *splits["test"],
-                  *(train if cfg.encoder == "world_cnn" else splits["pool_images"])]
+        splits = {"val": corpus.split("val"), "test": corpus.split("test"), "train": train}
+        pool = pairfree_halves(train)[0]
+        needed = [*splits["val"], *splits["test"], *train]
         image.check_images_exist([images / p.filename for p in needed],
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
@@ -47,15 +47,15 @@ def main(argv: list[str]) -> int:
             paths = [images / p.filename for p in train]
             # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
             model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
-        for name, photos in splits.items():
-            if not photos:
-                continue  # a train split of one photo has no pair-free pool
+        for name, photos in splits.items():  # check_splits: none is empty
             emb = image.embed_images(model, [images / p.filename for p in photos],
                                      image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
                                      batch_size=cfg.embed_batch_size, progress=None)
-            save_embeddings(tmp / f"{name}.npz", [p.id for p in photos], emb,
-                            meta={"encoder": cfg.encoder, "config": cfg.to_dict(),
-                                  "params_hash": params.hash})
-    print(f"image: embedded {', '.join(f'{n} ({len(p)})' for n, p in splits.items() if p)} "
-          f"with {cfg.encoder}")
+            meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params.hash}
+            save_embeddings(tmp / f"{name}.npz", [p.id for p in photos], emb, meta=meta)
+            if name == "train" and pool:  # a train split of one photo has no pair-free pool
+                save_embeddings(tmp / "pool_images.npz", [p.id for p in pool], emb[:len(pool)],
+                                meta=meta)
+    print(f"image: embedded {', '.join(f'{n} ({len(p)})' for n, p in splits.items())} "
+          f"with {cfg.encoder}; pool_images: the first {len(pool)} train rows")
     return 0

@@ -1,6 +1,9 @@
 """Stage `train@ARM-SEED`: train one text arm for one seed (tracked in MLflow, resumable from
-its work folder), then embed the fit and test captions, every caption of the test photos and
-the text side of the pair-free pools."""
+its work folder; the NTP arm logs its validation loss on the fit pairs' captions every
+epoch: one per val photo, so an epoch's loss costs one encoding of the fit split), then
+embed the fit and test captions, every caption of the test photos and the evaluation caption
+of every train photo (the train + val map's pairs; its last half is the text side of the
+pair-free pools)."""
 
 from __future__ import annotations
 
@@ -29,6 +32,12 @@ from .prepare import data_hash
 def eval_captions(photos: list[Any]) -> list[str]:
     """The evaluation caption of a photo: its first sentence (assumed by us)."""
     return [p.captions[0] for p in photos]
+
+
+def rows_of(ids: list[str], photos: list[Any]) -> list[int]:
+    """The rows of `ids` holding `photos`, in the photos' order."""
+    index = {pid: i for i, pid in enumerate(ids)}
+    return [index[p.id] for p in photos]
 
 
 def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any]):
@@ -107,7 +116,8 @@ def main(argv: list[str]) -> int:
     with tracking.tracked_run(name, logged, tags) as run:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
                            eval_hook=make_eval_hook(args.image, fit, test),
-                           on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch))
+                           on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch),
+                           val_texts=eval_captions(fit))  # the fit pairs' captions
         encode = load_text_encoder(work)
         with atomic_dir(args.out) as tmp:
             meta = {"arm": args.arm, "seed": args.seed}
@@ -117,8 +127,12 @@ def main(argv: list[str]) -> int:
             save_embeddings(tmp / "test_captions.npz",  # every caption: prh.gallery's rows
                             caption_ids([p.id for p in test], [len(p.captions) for p in test]),
                             encode([c for p in test for c in p.captions]), meta=meta)
+            train = corpus.split("train")
+            ids_train = [p.id for p in train]
+            emb_train = encode(eval_captions(train))  # the train + val map's text side
+            save_embeddings(tmp / "train_texts.npz", ids_train, emb_train, meta=meta)
             save_embeddings(tmp / "pool_texts.npz", [p.id for p in pool],  # pair-free pool
-                            encode(eval_captions(pool)), meta=meta)
+                            emb_train[rows_of(ids_train, pool)], meta=meta)
             for item in ("checkpoint.pt", "curve.json", "config.json"):
                 shutil.copy2(work / item, tmp / item)
             tracking.log_artifacts([work / "config.json", work / "curve.json"])
