@@ -39,7 +39,8 @@ SPREAD_KINDS = ("seeds", "half_range", "ci", "none")
 CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
                   "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
-RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "not_rerun", "metadata")
+RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
+              "metadata")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = ("data", "scale", "compute")
@@ -50,7 +51,7 @@ METRICS = ("r_at_1", "r_at_5", "mknn10", "r_at_1_fit", "control_random_map_r_at_
            "parameters", "tokens", "samples", "images", "rmse", "abs_error", "bound_ratio",
            "epoch", "hyperparameter", "percent", "duration", "size_gb")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",
-              "samples", "seeds", "epochs", "variant")
+              "samples", "seeds", "epochs", "variant", "measure")
 FUNCTIONS = ("mean", "min", "max", "abs")
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -118,6 +119,7 @@ class Claim:
     quote: str = ""
     scale: float = 1.0
     margin: float | None = None
+    rounding: str = "nearest"  # how `printed` was rounded from the value (ROUNDINGS)
     line: int = 0
 
     def scalar(self) -> float:
@@ -153,11 +155,21 @@ def decimals(printed: str) -> int:
     return places - int(exp.replace("−", "-")) if exp else places
 
 
-def printed_interval(printed: str) -> tuple[float, float]:
-    """The values a printed number stands for (statcheck style): '.184' -> [.1835, .1845)."""
+ROUNDINGS = ("nearest", "down", "exact")
+
+
+def printed_interval(printed: str, rounding: str = "nearest") -> tuple[float, float]:
+    """The values a printed number stands for (statcheck style): '.184' -> [.1835, .1845);
+    with rounding 'down' (a number the text truncates, e.g. "660 times" for 660.55 where the
+    same article prints 660.6) '660' -> [660, 661); 'exact' (a count of named things) -> the
+    number itself."""
     value = parse_number(printed, "printed")
-    half = 0.5 * 10.0 ** -decimals(printed)
-    return value - half, value + half
+    step = 10.0 ** -decimals(printed)
+    if rounding == "exact":
+        return value, value
+    if rounding == "down":
+        return (value, value + step) if value >= 0 else (value - step, value)
+    return value - step / 2, value + step / 2
 
 
 def formula_ids(formula: str, where: str) -> set[str]:
@@ -292,8 +304,9 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
     kind = _choice(_require(rec, "kind", f"{at} field kind"), KINDS, f"{at} field kind")
     source = _choice(_require(rec, "source", f"{at} field source"), SOURCES, f"{at} field source")
     check = _check(rec.get("check"), f"{at} field check")
-    if check is not None and check.of and "value" not in rec:
-        value, printed = 0.0, ""  # the difference of the two named claims, set by the registry
+    if check is not None and (check.of or kind == "ordering") and "value" not in rec:
+        # the difference of the two named claims (set by the registry), or an order only
+        value, printed = 0.0, ""
     else:
         value, printed = _value(_require(rec, "value", f"{at} field value"),
                                 _require(rec, "printed", f"{at} field printed"), f"{at} field")
@@ -312,6 +325,10 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
     for key in ("n_test", "seeds"):
         if key in setup:
             parse_number(setup[key], f"{at} field setup.{key}")
+    if kind == "ordering" and not printed and not (check and check.of) \
+            and rec.get("metric") == "difference":
+        raise ClaimsError(f"{at}: an ordering with no printed gap is an order only: give "
+                          "`metric:` the compared metric (e.g. mknn10), not difference")
     formula = str(rec.get("formula") or "")
     if kind == "derived_arithmetic" and not formula:
         raise ClaimsError(f"{at}: missing field 'formula' (derived_arithmetic claims need one)")
@@ -338,7 +355,9 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
         reported_by=article, section=section, source=source, kind=kind,
         rule=_choice(rec.get("rule") or DEFAULT_RULE[kind], RULE_NAMES, f"{at} field rule"),
         formula=formula, why_not_rerun=why, check=check, quote=quote, scale=scale,
-        margin=_margin(rec.get("margin"), f"{at} field margin"), line=line,
+        margin=_margin(rec.get("margin"), f"{at} field margin"),
+        rounding=_choice(rec.get("rounding", "nearest"), ROUNDINGS, f"{at} field rounding"),
+        line=line,
     )
 
 
@@ -376,6 +395,7 @@ class Relation:
     section: str
     readings: tuple[Reading, ...]
     line: int = 0
+    informational: str = ""  # why a failed check is by design (shown, never a finding)
 
 
 # per relation type: (fields naming one claim id, fields naming a list of ids, other fields)
@@ -395,6 +415,24 @@ RELATION_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
 SAME_METRIC = ("difference", "compare", "per_seed_bound", "bound")
 
 
+# metrics that count the same things: a sample of one text is at most one unique image
+COUNTABLE_TOGETHER = ({"images", "samples"},)
+
+
+def _formula_metric(formula: str, claims: Mapping[str, Claim]) -> str:
+    """The unit of a relation's quantity: 'ratio' for one claim over another of the same
+    metric (940M images / 2.16M images; or COUNTABLE_TOGETHER), else the one metric its claims
+    share ('' if mixed)."""
+    node = ast.parse(formula, mode="eval").body
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) \
+            and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Name):
+        units = {claims[n].metric for n in (node.left.id, node.right.id)}
+        if len(units) == 1 or any(units <= group for group in COUNTABLE_TOGETHER):
+            return "ratio"
+    metrics = {claims[n].metric for n in formula_ids(formula, formula)}
+    return metrics.pop() if len(metrics) == 1 else ""
+
+
 def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at: str
              ) -> Reading:
     ids, lists, other = RELATION_FIELDS[rtype]
@@ -411,8 +449,10 @@ def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at
         if not isinstance(got, list) or len(got) < 1:
             raise ClaimsError(f"{at} field {key}: expected a list of claim ids")
         named += [str(x) for x in got]
+    quantity_ids: set[str] = set()
     if "quantity" in other:
-        named += sorted(formula_ids(str(_require(raw, "quantity", at)), f"{at} field quantity"))
+        quantity_ids = formula_ids(str(_require(raw, "quantity", at)), f"{at} field quantity")
+        named += sorted(quantity_ids)
     for name in named:
         if name not in claims:
             raise ClaimsError(f"{at}: unknown claim id {name!r}{_suggest(name, claims)}")
@@ -420,7 +460,8 @@ def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at
     if "op" in other:
         fields["op"] = _choice(_require(raw, "op", at), CHECKS, f"{at} field op")
     if rtype in SAME_METRIC:
-        metrics = {claims[n].metric for n in named}
+        metrics = {claims[n].metric for n in named if n not in quantity_ids}
+        metrics |= {_formula_metric(str(raw["quantity"]), claims)} if quantity_ids else set()
         if len(metrics - {"difference"}) > 1:
             raise ClaimsError(f"{at}: relation across units: {sorted(named)} have metrics "
                               f"{sorted({claims[n].metric for n in named})}; compare like with "
@@ -438,7 +479,7 @@ def parse_relation(rec: Mapping[str, Any], claims: Mapping[str, Claim], where: s
     rep = _require(rec, "reported_by", f"{at} field reported_by")
     article = _choice(rep.get("article"), tuple(ARTICLES), f"{at} field reported_by.article")
     top = {k: v for k, v in rec.items()
-           if k not in ("id", "type", "statement", "reported_by", "readings")}
+           if k not in ("id", "type", "statement", "reported_by", "readings", "informational")}
     raws = rec.get("readings") or [top]
     if rec.get("readings") and top:
         raise ClaimsError(f"{at}: put {sorted(top)} inside each reading, not beside `readings`")
@@ -449,7 +490,7 @@ def parse_relation(rec: Mapping[str, Any], claims: Mapping[str, Claim], where: s
         raise ClaimsError(f"{at} field readings: each reading needs its `reading:` text")
     return Relation(rid, rtype, str(_require(rec, "statement", f"{at} field statement")),
                     article, str(_require(rep, "section", f"{at} field reported_by")), readings,
-                    line)
+                    line, str(rec.get("informational") or ""))
 
 
 def _cycle(claims: Mapping[str, Claim]) -> list[str]:

@@ -34,6 +34,7 @@ GLOSS = {
     "arithmetic holds within input rounding": "the printed numbers agree within their rounding",
     "not comparable": "not comparable: measured on {data}, the claim is about {claim_data}",
     "not rerun": "not rerun: {why}",
+    "informational": "informational: a count of the worlds this run draws, not a theorem",
 }
 STATUS_ORDER = ("fails", "ambiguous", "holds within input rounding")
 
@@ -201,7 +202,7 @@ def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | Non
 VERDICT_RANK = ("differs", "arithmetic fails", "inconclusive", "inconclusive (underpowered)",
                 "reproduced", "pattern not seen on another profile",
                 "pattern seen on another profile", "arithmetic holds within input rounding",
-                "arithmetic holds", "not comparable", "not rerun")
+                "arithmetic holds", "informational", "not comparable", "not rerun")
 PRINT_BY_ID = ("not rerun", "arithmetic holds")  # verdicts a printed page lists by id only
 KIND_RANK = ("ordering", "theory", "flickr_measurable", "derived_arithmetic", "web_scale",
              "metadata")

@@ -143,9 +143,9 @@ def test_each_rule_gives_the_expected_verdict() -> None:
     doc = run_small()
     by_id = rows(doc)
     assert {k: r["verdict"] for k, r in by_id.items()} == EXPECTED
-    good = by_id["good_r1"]["evidence"]  # .243 +- 1.645 * .006 sits inside .246 +- .03
-    assert good["tost_interval"] == pytest.approx([0.243 - 1.6525 * 0.006,
-                                                   0.243 + 1.6525 * 0.006], abs=1e-4)
+    good = by_id["good_r1"]["evidence"]  # .243 +- t(200) * sqrt(se^2 + seed_var / 1 seed)
+    half = 1.6525 * (0.006 ** 2 + 1e-5) ** 0.5  # the claim's own seed noise widens it
+    assert good["tost_interval"] == pytest.approx([0.243 - half, 0.243 + half], abs=1e-4)
     assert good["margin"] == 0.03 and good["claim_seeds"] == 1
     assert "wider than the margin" in by_id["ntp_r1"]["reason"]
     # the issue's case: a rerun gap of +.005 cannot "reproduce" a printed +.103
@@ -171,18 +171,19 @@ def test_other_profile_never_reproduces_and_counts_patterns_apart() -> None:
     assert "reproduced" not in {got[k] for k in got if k.startswith(("good", "gap", "sep"))}
     assert got["good_r1"] == "not comparable"
     assert got["gap_gn_small"] == "pattern seen on another profile"  # +.005, ci > 0
-    assert got["gap_gb"] == "pattern not seen on another profile"  # bad at chance
-    assert got["sep_bn"] == "pattern seen on another profile"
+    # bad at chance: no ordering with it says anything, seen or not seen
+    assert {got[k] for k in ("gap_gb", "sep_bn", "sep_gb", "order_bg")} == {"inconclusive"}
     reason = rows(doc)["gap_gb"]["reason"]
-    assert "on the world profile" in reason and "bad at chance" in reason
-    assert "not whether the claim's number holds" in reason
-    assert rows(doc)["gap_gb"]["evidence_for"] == ("whether the pipeline shows the pattern on "
-                                                   "the world profile; nothing about flickr30k")
+    assert "no verdict from an arm at chance" in reason and "bad at chance" in reason
+    reason = rows(doc)["gap_gn_small"]["reason"]
+    assert "on the world profile" in reason and "not whether the claim's number holds" in reason
+    assert rows(doc)["gap_gn_small"]["evidence_for"] == (
+        "whether the pipeline shows the pattern on the world profile; nothing about flickr30k")
     assert doc["at_chance"] == {"bad": {"r_at_1": {"ci": pytest.approx([0.128, 0.152]),
                                                    "chance": 0.14}}}
     assert rows(doc)["good_r1"]["evidence"]["at_chance"] == {}
-    assert doc["summary"]["pattern seen on another profile"] == 2
-    assert doc["summary"]["pattern not seen on another profile"] == 3  # gap_gb, sep_gb, order_bg
+    assert doc["summary"]["pattern seen on another profile"] == 1
+    assert doc["summary"]["pattern not seen on another profile"] == 0
 
 
 def test_at_chance_arm_makes_an_ordering_inconclusive() -> None:
@@ -239,7 +240,6 @@ def test_params_hash_mismatch_is_refused_with_both_hashes() -> None:
 # The cross-claim findings in the two articles' numbers (see docs/sources.md, "Claims registry
 # sources"): every relation that does not simply hold, with its status.
 FINDINGS = {
-    "param_ratio_660": "holds within input rounding",
     "ci_2m_good_bad_is_difference": "holds within input rounding",
     "ci_50m_good_ntp_is_difference": "fails",
     "ci_50m_good_bad_is_difference": "holds within input rounding",
@@ -252,10 +252,14 @@ FINDINGS = {
     "sts_order_flickr": "ambiguous",
     "sts_order_recap2m": "fails",
     "fraction_paraphrase_as_bad": "holds within input rounding",
-    "ci_50m_good_bad_vs_seeds": "fails",
-    "ci_50m_good_ntp_vs_seeds": "fails",
-    "ci_50m_qwen3b_vs_seeds": "holds within input rounding",
-    "pairfree_chance_pool": "ambiguous",
+    # by design (800-pair subsamples): shown with what they found, never a finding
+    "ci_50m_good_bad_vs_seeds": "informational",
+    "ci_50m_good_ntp_vs_seeds": "informational",
+    "ci_50m_qwen7b_vs_seeds": "informational",
+    "ci_50m_qwen3b_vs_seeds": "informational",
+    "images_ratio_435_units": "ambiguous",
+    "vision_refs_all_named": "ambiguous",
+    "lm_count_named": "ambiguous",
 }
 
 
@@ -305,18 +309,20 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
                         (None, "world")]
     assert about_other_data and not [k for k in about_other_data
                                      if verdicts[k] == "reproduced"]
-    # the world's bad and next-token arms sit at chance: "good beats bad" shows only that good
-    # learned something, and that is what the verdict says
+    # the world's bad and next-token arms sit at chance: every ordering with one of them is
+    # evidence of nothing, "cannot be separated" included (two arms at chance always "tie")
     assert set(doc["at_chance"]) == {"bad", "ntp"}
     gb = next(r for r in doc["claims"] if r["id"] == "rerun_gap_good_bad_r1")
-    assert gb["verdict"] == "pattern not seen on another profile"
+    assert gb["verdict"] == "inconclusive"
     assert "bad at chance (0.0033 inside [-0.0030, 0.0090])" in gb["reason"]
-    assert verdicts["rerun_gap_bad_ntp_r1"] == "pattern seen on another profile"
-    assert doc["summary"]["pattern seen on another profile"] == 1
-    assert doc["summary"]["pattern not seen on another profile"] == 5
-    assert verdicts["theory_n_under"] == "differs" and verdicts["theory_bound_max_ratio"] == \
-        "differs"
-    assert doc["summary"]["relation ambiguous"] == 5
+    assert verdicts["rerun_gap_bad_ntp_r1"] == "inconclusive"
+    assert doc["summary"]["pattern seen on another profile"] == 0
+    assert doc["summary"]["pattern not seen on another profile"] == 0
+    # counts of the worlds drawn are shown, never judged; the identities are
+    assert verdicts["theory_n_under"] == "informational"
+    assert verdicts["theory_bound_max_ratio"] == "informational"
+    assert verdicts["theory_err_equals_2r"] == "reproduced"
+    assert doc["summary"]["relation ambiguous"] == 7
     assert main([*args, "--fail-on", "arithmetic"]) == 1
     assert "arithmetic" in capsys.readouterr().err
 
