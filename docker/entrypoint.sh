@@ -140,8 +140,13 @@ run_pipeline() {
     cd "${work}"
     # The profile is a commit of the workspace, not `dvc exp run -S profile=...`, which would
     # leave params.yaml edited and tag every MLflow run of the paper's setup git_dirty=True.
+    # flickr30k runs the paper's three seeds (its table is a mean of three; fewer cannot
+    # estimate training variance, so the audit could say no "reproduced")
     if ! grep -qx "profile: ${profile}" params.yaml; then
         sed -i "s/^profile: .*/profile: ${profile}/" params.yaml
+        if [[ "${profile}" == flickr30k ]]; then
+            sed -i "s/^seeds: .*/seeds: [0, 1, 2]/" params.yaml
+        fi
         git -c user.name=prh -c user.email=prh@localhost commit -q -m "profile ${profile}" \
             params.yaml >&2
     fi

@@ -191,3 +191,17 @@ def test_logged_params_are_the_ones_the_run_uses():
     assert {k: logged[f"train.{k}"] for k in used if k not in ("arm", "seed")} == {
         k: v for k, v in used.items() if k not in ("arm", "seed")}
     assert (logged["arm"], logged["seed"], logged["profile"]) == ("bad", 1, "world")
+
+
+def test_flickr30k_with_fewer_than_the_papers_three_seeds_is_warned(tmp_path):
+    from harness.validate import seed_warnings
+
+    two = load_params(write(tmp_path, lambda r: r.update(profile="flickr30k", seeds=[0, 1])))
+    (line,) = seed_warnings(two)
+    assert "means of 3 seeds" in line and "seeds: [0, 1, 2]" in line
+    three = load_params(write(tmp_path, lambda r: r.update(profile="flickr30k",
+                                                            seeds=[0, 1, 2])))
+    assert seed_warnings(three) == [] and seed_warnings(load_params(ROOT / "params.yaml")) == []
+    # the container's flickr30k command commits the three seeds with the profile
+    entry = (ROOT / "docker" / "entrypoint.sh").read_text()
+    assert 's/^seeds: .*/seeds: [0, 1, 2]/' in entry

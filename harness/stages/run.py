@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     # imported after parsing, so `harness run --help` answers at once
     from ..audit import gate, parse_fail_on
-    from ..validate import validate_params
+    from ..validate import seed_warnings, validate_params
 
     try:
         fail_on = parse_fail_on(args.fail_on)
@@ -41,6 +41,8 @@ def main(argv: list[str]) -> int:
         validate_params(params)
     except ContractError as e:
         return fail(e)
+    for line in seed_warnings(params):
+        print(f"run: warning: {line}", file=sys.stderr)
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     if args.check:
         print(f"run: {args.params} (profile {params.profile}) and its inputs are valid; "
