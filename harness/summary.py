@@ -92,8 +92,10 @@ def rerun_value(source: str, results: Mapping[str, Any] | None,
     evidence = (row or {}).get("evidence") or {}
     if kind == "gap" and isinstance(evidence.get("run"), int | float) and evidence.get("ci"):
         a, b, _metric = rest.split(":")
+        over = "test pairs only (training variance not estimated)" if evidence.get("note") \
+            else "seeds and test pairs"
         return {"value": fmt(evidence["run"], True), "ci": interval(evidence["ci"], True),
-                "what": f"{a} − {b}, the interval the audit judged"}
+                "what": f"{a} − {b}, the audit's interval over {over}"}
     if kind == "gap" and results:
         a, b, metric = rest.split(":")
         for g in results.get("gaps", []):
@@ -106,7 +108,7 @@ def rerun_value(source: str, results: Mapping[str, Any] | None,
         if m:
             seeds = results["arms"][arm].get("seeds", [])
             return {"value": fmt(m.get("mean")), "ci": interval(m.get("ci")),
-                    "what": f"mean of {len(seeds)} seed(s)"}
+                    "what": f"mean of {len(seeds)} seed(s), interval over test pairs"}
     if kind == "evidence" and isinstance(evidence.get("run"), int | float):
         return {"value": f"{evidence['run']:.3g}", "ci": "",
                 "what": f"{evidence.get('key', '')}" + (f" × {evidence['factor']:g}"
