@@ -71,8 +71,8 @@ VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered
             "pattern seen on another profile", "pattern not seen on another profile",
             "not comparable", "not rerun", "arithmetic holds",
             "arithmetic holds within input rounding", "arithmetic fails", "informational")
-# "informational": a relation the registry marks as failing by design (its `informational:`
-# says why); its check is shown with what it found and never counts as a finding
+# "informational": a relation whose check is by design no finding (the registry's
+# `informational:` says why); it is shown with what its check found (`found`), never counted
 STATUSES = ("holds", "informational", "holds within input rounding", "ambiguous", "fails")
 ALPHA = 0.05  # TOST at 5% per side (a 90% interval); "differs" at a 95% prediction interval
 # Equivalence margins per metric when params.yaml has no `audit.margin` for it: the largest
@@ -544,7 +544,8 @@ def at_chance(results: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
             chance = block.get("controls", {}).get(f"chance_{metric}", {}).get("mean")
             if chance is None or "ci" not in m:
                 continue
-            lo, hi = (m.get("two_level") or m)["ci"]
+            tl = m.get("two_level") or m  # at chance is about the arm: seeds and test pairs
+            lo, hi = tl.get("ci_population", tl["ci"])
             if lo <= chance:
                 out.setdefault(arm, {})[metric] = {"ci": [lo, hi], "chance": chance}
     return out
@@ -601,11 +602,11 @@ def seeds_estimate(block: Mapping[str, Any], n_pairs: int, proportion: bool) -> 
     curve point, harness.curves), from its seed spread, under harness.stats.TwoLevel's model.
     From MIN_SEEDS_FOR_TRAINING_VARIANCE seeds up the value on these test pairs varies with the
     seed only: se^2 is the variance (ddof 1) of the per-seed values over S, t with S - 1 df, as
-    TwoLevel's own; the population interval adds, for a proportion over `n_pairs` test pairs
-    (an R@1), the binomial p (1 - p) / n, an upper bound of the test-pair variance of the
-    seed-mean outcome (per-pair values in [0, 1] with mean p), Satterthwaite df. Below that
-    no training variance: an R@1 gets that bound as its test-pair-only variance (TwoLevel's
-    mode below 3 seeds, with the bound for the per-pair variance it would compute), a loss
+    TwoLevel's own (its population interval is the same: with no per-pair values the test-pair
+    level cannot be split off; `decide` reads only the fixed-pairs one). Below that no
+    training variance: an R@1 over `n_pairs` test pairs gets the binomial p (1 - p) / n, an
+    upper bound of the test-pair variance of the seed-mean outcome (per-pair values in [0, 1]
+    with mean p), as its test-pair-only variance (TwoLevel's mode below 3 seeds), a loss
     (fixed val captions, no per-caption values kept) None."""
     values = [float(v) for v in block["values"].values()]
     n_seeds, mean = len(values), sum(values) / len(values)
@@ -614,13 +615,10 @@ def seeds_estimate(block: Mapping[str, Any], n_pairs: int, proportion: bool) -> 
               "epoch)")
     if n_seeds >= MIN_SEEDS_FOR_TRAINING_VARIANCE:
         seed_var = sum((v - mean) ** 2 for v in values) / (n_seeds - 1)
-        se2, df = seed_var / n_seeds, n_seeds - 1
-        pop2 = se2 + pair_var
-        df_pop = pop2 ** 2 / (se2 ** 2 / df + pair_var ** 2 / (n_pairs - 1)) if pop2 > 0 else df
-        return TwoLevel(estimate=mean, se=math.sqrt(se2), df=float(df), n_seeds=n_seeds,
-                        n_pairs=n_pairs, n_resamples=0, seed_var=seed_var, pair_var=pair_var,
-                        method=method, se_population=math.sqrt(pop2), df_population=df_pop,
-                        method_population=f"{method}, plus the binomial test-pair variance")
+        se, df = math.sqrt(seed_var / n_seeds), float(n_seeds - 1)
+        return TwoLevel(estimate=mean, se=se, df=df, n_seeds=n_seeds, n_pairs=n_pairs,
+                        n_resamples=0, seed_var=seed_var, pair_var=pair_var, method=method,
+                        se_population=se, df_population=df, method_population=method)
     if pair_var == 0:
         return None
     method = f"binomial test-pair interval of the mean of {n_seeds} per-seed value(s)"
@@ -661,11 +659,12 @@ def rule_measured(claim: Claim, ctx: Context) -> Verdict:
     if est is None:
         return Verdict("inconclusive (underpowered)", f"{where}: {len(m['values'])} seed(s) "
                        f"{m['values']} and no per-pair values: no interval", shown)
-    if margin is None:
-        return Verdict("inconclusive", f"no audit.margin for metric {claim.metric} ({where}: "
-                       f"rerun {est.estimate:.4g})", shown if measure else {})
     if flags:
         return _at_chance_verdict(f"{arm} on {claim.metric}", flags, {"claim": claim.scalar()})
+    if margin is None:  # an epoch or a per-token loss: no difference is argued to matter
+        return Verdict("informational", f"no audit.margin for metric {claim.metric}: {where} = "
+                       f"{est.estimate:.4g} on the rerun beside the claim's {claim.printed}, "
+                       "not judged", shown if measure else {})
     verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
     return Verdict(verdict, reason, {**evidence, "at_chance": {},
                                      **({"measure": where} if measure else {})})
@@ -709,6 +708,31 @@ def _scope(claim: Claim, est: TwoLevel, margin: float, ctx: Context) -> Verdict:
     return Verdict(verdict, what, evidence)
 
 
+def _inseparable(claim: Claim, est: TwoLevel, margin: float) -> Verdict:
+    """"a and b cannot be separated": differs when the rerun's 95% interval of the gap (seeds
+    and test pairs) excludes 0; reproduced when its 90% interval lies within +- margin (two
+    one-sided tests of 0 at 5% each, on the rerun's own interval: the 0 is hypothesised, not
+    measured, so no claim noise is added) from 3 seeds; else inconclusive, underpowered when
+    that interval is wider than 2 * margin or training variance is not estimated."""
+    assert claim.check is not None
+    iv, tost = est.population_interval(1 - ALPHA), est.population_interval(1 - 2 * ALPHA)
+    shown = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}, "
+             f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}], {1 - 2 * ALPHA:.0%} "
+             f"[{tost.lo:+.4f}, {tost.hi:+.4f}] against +- margin {margin:g}; {iv.method}")
+    evidence = {"run": est.estimate, "ci": [iv.lo, iv.hi], "tost_interval": [tost.lo, tost.hi],
+                "margin": margin, "method": iv.method, "note": est.note(), "at_chance": {}}
+    if not iv.lo <= 0 <= iv.hi:
+        return Verdict("differs", f"the rerun separates them: {shown}", evidence)
+    within = -margin <= tost.lo and tost.hi <= margin
+    if within and est.training_variance:
+        return Verdict("reproduced", f"inseparable within the margin: {shown}", evidence)
+    if not est.training_variance or tost.hi - tost.lo > 2 * margin:
+        return Verdict("inconclusive (underpowered)", f"not separated, {shown}"
+                       + (f"; {est.note()}" if est.note() else ""), evidence)
+    return Verdict("inconclusive", f"not separated, but not within the margin: {shown}",
+                   evidence)
+
+
 def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
     """Arm a against arm b: the sign of the paired gap, the printed gap by equivalence, or
     "cannot be separated"; on another profile's data, whether the pattern shows."""
@@ -735,10 +759,7 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
     # well as seeds; a printed gap is compared on the same test pairs (decide)
     iv = est.population_interval(1 - ALPHA)
     if claim.check.type == "inseparable":
-        verdict, reason, evidence = decide(est, 0.0, margin, _claim_seeds(claim))
-        if verdict == "differs" or not iv.lo <= 0 <= iv.hi:
-            verdict, reason = "differs", f"the rerun separates them: {reason}"
-        return Verdict(verdict, reason, {**evidence, "at_chance": flags})
+        return _inseparable(claim, est, margin)
     if iv.hi < 0:
         return Verdict("differs", f"{a} - {b} on {metric}: {1 - ALPHA:.0%} [{iv.lo:+.4f}, "
                        f"{iv.hi:+.4f}] excludes 0 in the other direction",
@@ -857,8 +878,7 @@ def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
     if verdict in ("not rerun", "not comparable"):
         return f"nothing yet: the {ctx.profile} run does not measure this"
     if verdict == "informational":
-        return "nothing about the theorem: a count of the worlds this run draws, shown beside " \
-               "the article's"
+        return "nothing judged: the run's own number shown beside the article's"
     if claim.kind == "theory":
         return "the theorem's numbers on the finite worlds this run draws"
     seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")

@@ -429,8 +429,8 @@ def _formula_metric(formula: str, claims: Mapping[str, Claim]) -> str:
         units = {claims[n].metric for n in (node.left.id, node.right.id)}
         if len(units) == 1 or any(units <= group for group in COUNTABLE_TOGETHER):
             return "ratio"
-    metrics = {claims[n].metric for n in formula_ids(formula, formula)}
-    return metrics.pop() if len(metrics) == 1 else ""
+    metrics = {claims[n].metric for n in formula_ids(formula, formula)} - {"difference"}
+    return metrics.pop() if len(metrics) == 1 else "difference" if not metrics else ""
 
 
 def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at: str

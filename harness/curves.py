@@ -25,8 +25,9 @@ ENTRIES = {
     "last": "test R@1 at the last epoch (the checkpoint the main metrics score)",
     "early_stop": "test R@1 at the evaluated epoch with the lowest validation loss (chosen on "
                   "the val captions, never on the test pairs)",
-    "val_loss": "next-token loss (nats per token) on every caption of the val photos, every "
-                "epoch: its lowest value and epoch, and its last",
+    "val_loss": "next-token loss (nats per token) on the first caption of each val photo "
+                "(the fit pairs' captions), every epoch: its lowest value and epoch, and its "
+                "last",
 }
 CHOSEN_AMONG = ("peak", "early_stop")  # entries chosen among the evaluated epochs
 

@@ -280,9 +280,10 @@ class TwoLevel:
         """Where the mean of an independent m-seed replication on these same test pairs falls
         (a paper's number is one): variance se^2 + one seed's variance / m, t with the rerun's
         df (a two-sample t whose common per-seed variance comes from the rerun alone). Below 3
-        seeds one seed's variance is stood in for by n_seeds * se^2, the test-pair variance of
-        one seed's mean: it holds the pair effects a shared-pairs replication does not add, so
-        it is wider than needed unless training variance exceeds it."""
+        seeds one seed's variance is stood in for by n_seeds * se^2 = (S s_pair^2 + s_noise^2) / n
+        (se^2 there is the test-pair variance of the seed-mean outcome): it holds pair effects
+        a shared-pairs replication does not add, so it is wider than needed unless training
+        variance exceeds it."""
         if m_seeds < 1:
             raise ValueError(f"m_seeds must be >= 1, got {m_seeds}")
         one_seed = self.seed_var if self.seed_var is not None else self.n_seeds * self.se ** 2

@@ -34,9 +34,10 @@ GLOSS = {
     "arithmetic holds within input rounding": "the printed numbers agree within their rounding",
     "not comparable": "not comparable: measured on {data}, the claim is about {claim_data}",
     "not rerun": "not rerun: {why}",
-    "informational": "informational: a count of the worlds this run draws, not a theorem",
+    "informational": "informational: the run's number beside the article's, not judged",
 }
 STATUS_ORDER = ("fails", "ambiguous", "holds within input rounding")
+TOLERANCE_KEY = "grid.identities_over_tolerance."  # theory identities judged in these units
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,10 @@ def rerun_value(source: str, results: Mapping[str, Any] | None,
             seeds = results["arms"][arm].get("seeds", [])
             return {"value": fmt(m.get("mean")), "ci": interval(m.get("ci")),
                     "what": f"mean of {len(seeds)} seed(s), interval over test pairs"}
+    if kind == "evidence" and str(evidence.get("key", "")).startswith(TOLERANCE_KEY):
+        return {"value": f"{evidence['run']:.2g}", "ci": "",
+                "what": "largest deviation in units of its rows' attainable accuracy (at most "
+                        "1 holds)"}
     if kind == "evidence" and isinstance(evidence.get("run"), int | float):
         return {"value": f"{evidence['run']:.3g}", "ci": "",
                 "what": f"{evidence.get('key', '')}" + (f" × {evidence['factor']:g}"

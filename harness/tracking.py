@@ -261,7 +261,8 @@ PARENT = "mlflow.parentRunId"  # the tag MLflow's UI nests runs by
 def _scores(prefix: str, entry: Mapping[str, Any]) -> dict[str, float]:
     """One entry of results.json (an arm's metric or a gap between arms) as flat metrics under
     `prefix`: its seed mean or gap, seed std, and the ends of its interval over test pairs
-    (`ci_lo`, `ci_hi`) and of its two-level interval (`two_level_lo`, `two_level_hi`)."""
+    (`ci_lo`, `ci_hi`) and of its seeds-on-these-test-pairs interval (`two_level_lo`,
+    `two_level_hi`: harness.stats.TwoLevel.interval; over test pairs only below 3 seeds)."""
     out = {f"{prefix}.{k}": float(entry[k]) for k in ("mean", "std", "diff")
            if entry.get(k) is not None}
     for label, ci in (("ci", entry.get("ci")), ("two_level", entry.get("two_level", {}).get("ci"))):

@@ -70,7 +70,9 @@ RESULTS = {
              gap("good", "ntp", 0.005, 0.002)],
 }
 THEORY = {"grid": {"n_worlds": 20, "n_states": 30, "k": 4, "n_points": 800, "n_under": 399,
-                   "max_abs_error_minus_2r": 3e-14},
+                   "max_abs_error_minus_2r": 3e-14,
+                   "identities_over_tolerance": {"good_view_error": 0.03, "under_error": 0.03,
+                                                 "error_minus_2r": 0.05, "r_off_integer": 0.02}},
           "bound": {"n_worlds": 300, "all_hold": True, "largest_ratio": 0.097}}
 GRID = {"grid.n_worlds": 20, "grid.n_points": 800}
 

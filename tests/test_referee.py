@@ -132,9 +132,10 @@ def test_registry_holds_the_parameter_counts_and_the_rerun_wall_time() -> None:
 
 def test_theory_counts_are_informational_and_identities_judged() -> None:
     theory = {"grid": {"n_worlds": 20, "n_states": 30, "k": 4, "n_points": 800, "n_under": 399,
-                       "n_above": 401, "good_view_max_abs_error": 9e-15,
-                       "under_max_abs_error": 1e-14, "max_abs_error_minus_2r": 1.3e-12,
-                       "threshold_holds": True, "tie_rows": [{"r": 4}] * 20},
+                       "n_above": 401, "threshold_holds": True, "tie_rows": [{"r": 4}] * 20,
+                       "identities_over_tolerance": {"good_view_error": 0.03,
+                                                     "under_error": 0.03,
+                                                     "error_minus_2r": 0.06}},
               "bound": {"n_worlds": 300, "all_hold": True, "largest_ratio": 0.097}}
     reg = REG
     doc = audit(reg, Context(reg.claims, "world", None, theory))
@@ -146,9 +147,13 @@ def test_theory_counts_are_informational_and_identities_judged() -> None:
                   "theory_tie_rows_r", "theory_threshold_rule", "theory_bound_worlds"}
     assert {c for c, r in got.items() if r["verdict"] == "reproduced"} == identities
     assert not [c for c, r in got.items() if r["verdict"] == "differs"]
-    broken = {**theory, "grid": {**theory["grid"], "threshold_holds": False}}
+    broken = {**theory, "grid": {**theory["grid"], "threshold_holds": False,
+                                 "identities_over_tolerance": {"good_view_error": 0.03,
+                                                               "under_error": 0.03,
+                                                               "error_minus_2r": 1.5}}}
     rows = {r["id"]: r for r in audit(reg, Context(reg.claims, "world", None, broken))["claims"]}
     assert rows["theory_threshold_rule"]["verdict"] == "differs"
+    assert rows["theory_err_equals_2r"]["verdict"] == "differs"  # past its attainable accuracy
 
 
 def test_truncated_and_exact_printed_forms() -> None:
