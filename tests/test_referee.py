@@ -2,7 +2,7 @@
 verdict rests on an arm at chance, orderings with no printed gap are judged as orders, the
 relations the referee flagged read as stated, the registry's setups say what the articles say,
 and the theory's counts of the worlds drawn are shown, never judged. Each test fails on the
-registry and rules before issue 21's fixes."""
+registry and rules as they were before these fixes (commit 90e283b)."""
 
 from __future__ import annotations
 
