@@ -23,7 +23,6 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from transformers import BertConfig, BertModel
 
 Pooling = Literal["mean", "cls", "last"]
 POOLINGS: tuple[str, ...] = ("mean", "cls", "last")
@@ -67,6 +66,10 @@ class TextEncoder(nn.Module):
     """BERT encoder + pooling: `forward(tokens, mask) -> hidden [B, L, D]`, `embed -> [B, D]`."""
 
     def __init__(self, cfg: TextEncoderConfig) -> None:
+        # imported here: transformers takes seconds to import, and every stage that reads a
+        # training config (world, prepare, report) imports this module without building one
+        from transformers import BertConfig, BertModel
+
         super().__init__()
         self.cfg = cfg
         bert_cfg = BertConfig(
