@@ -15,7 +15,7 @@ ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 ARG TORCH_CUDA=13.0
 # Provenance (docker/README.md, "Build"): labels and PRH_* variables read by
-# harness/fingerprint.py, which MLflow logs and the report prints.
+# harness/tracking/fingerprint.py, which MLflow logs and the report prints.
 ARG IMAGE_DIGEST=""
 ARG GIT_COMMIT=unknown
 ARG BUILD_DATE=unknown

@@ -9,8 +9,10 @@ import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("harness.stages.run:main", "validate params and inputs, then `dvc repro` everything"),
-    "matrix": ("harness.matrix:main", "the arm x seed trainings side by side, one per device"),
+    "run": ("harness.pipeline.run:main",
+            "validate params and inputs, then `dvc repro` everything"),
+    "matrix": ("harness.pipeline.matrix:main",
+               "the arm x seed trainings side by side, one per device"),
     "world": ("harness.stages.world:main", "generate the embedded world data set"),
     "prepare": ("harness.stages.prepare:main", "validate the captions, train the tokenizer"),
     "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
@@ -25,8 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "every run's metrics, seed spread, paired gaps"),
     "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),
     "report": ("harness.stages.report:main", "render the HTML and PDF report"),
-    "diff": ("harness.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
-    "launch": ("harness.launch:main", "train and align the matrix as a SLURM job array"),
+    "diff": ("harness.compare.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
+    "launch": ("harness.pipeline.launch:main", "train and align the matrix as a SLURM job array"),
 }
 EXAMPLES = """\
 examples:

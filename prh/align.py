@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prh import calibrate, io, metrics
+from prh.config import mknn_name
 
 
 @dataclass(frozen=True)
@@ -163,22 +164,23 @@ def score_alignment(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarr
     scores = {
         "r_at_1": hits[1].mean(),
         "r_at_5": hits[5].mean(),
-        f"mknn{k}": mknn.mean(),
+        mknn_name(k): mknn.mean(),
         "r_at_1_fit": image_to_text_recall(pmap, fit_img, fit_txt)[1].mean(),
         "control_random_map_r_at_1": image_to_text_recall(rand, test_img, test_txt)[1].mean(),
         "control_shuffled_r_at_1": image_to_text_recall(shuffled, test_img, test_txt)[1].mean(),
         "chance_r_at_1": 1.0 / n_test,
-        f"chance_mknn{k}": k / (n_test - 1),
+        f"chance_{mknn_name(k)}": k / (n_test - 1),
         "cka_linear": metrics.cka(test_img, test_txt),
         "cka_linear_unbiased": metrics.cka(test_img, test_txt, unbiased=True),
     }
-    raw: dict[str, calibrate.Score] = {f"mknn{k}": lambda a, b: metrics.mutual_knn(a, b, k).mean(),
-                                       "cka_linear": metrics.cka}
+    raw: dict[str, calibrate.Score] = {
+        mknn_name(k): lambda a, b: metrics.mutual_knn(a, b, k).mean(),
+        "cka_linear": metrics.cka}
     null = calibrate.null_scores(test_img, test_txt, raw,
                                  calibrate.permutations(n_test, n_permutations, seed))
     return AlignmentScores(
         metrics={name: float(v) for name, v in scores.items()},
-        per_query={"r_at_1_hit": hits[1], "r_at_5_hit": hits[5], f"mknn{k}": mknn},
+        per_query={"r_at_1_hit": hits[1], "r_at_5_hit": hits[5], mknn_name(k): mknn},
         fit_size_curve=fit_size_curve(fit_img, fit_txt, test_img, test_txt, fit_sizes, seed),
         calibrated={name: calibrate.calibrate(scores[name], null[name]) for name in raw}
         if n_permutations else {},

@@ -10,12 +10,25 @@ Supported field types: bool, int, float (ints accepted), str, Literal[...], fixe
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 # the paper's three text arms: good views, bad views, next-token prediction
 ARMS: tuple[str, ...] = ("good", "bad", "ntp")
+
+
+def mknn_name(k: int) -> str:
+    """The name of the mutual k-NN score at k (`mknn10`): in prh's scores and per-pair
+    outcomes, and in every file and table downstream (harness.records.names)."""
+    return f"mknn{k}"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the closest of `known` to a mistyped `name`, else ''."""
+    hint = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
 def dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
@@ -26,7 +39,9 @@ def dataclass_from_dict(cls: type, d: Any, where: str) -> Any:
     names = set(getattr(cls, "SETTABLE", ()) or (f.name for f in dataclasses.fields(cls)))
     unknown = sorted(set(d) - names)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys: {sorted(names)}")
+        hint = did_you_mean(unknown[0], names) if len(unknown) == 1 else ""
+        raise ValueError(f"{where}: unknown key(s) {unknown}{hint}; allowed keys: "
+                         f"{sorted(names)}")
     kwargs = {k: coerce(v, hints[k], f"{where}.{k}") for k, v in d.items()}
     try:
         return cls(**kwargs)

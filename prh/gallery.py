@@ -25,6 +25,7 @@ import numpy as np
 
 from prh import metrics
 from prh.align import ProcrustesMap, image_to_text_recall, unit_or_zero
+from prh.config import mknn_name
 
 
 def check_photo_index(photo: np.ndarray, n: int, n_captions: int) -> np.ndarray:
@@ -178,7 +179,7 @@ def score_captions(pmap: ProcrustesMap, img: np.ndarray, txt: np.ndarray, photo:
            "r_at_1_t2i_all": per_photo(text_to_image(c, q, photo), photo, n)}
     for suffix, other in (("", False), ("_other_photos", True)):
         if k <= candidates_per_item(photo, other):
-            out[f"mknn{k}_captions{suffix}"] = per_photo(
+            out[f"{mknn_name(k)}_captions{suffix}"] = per_photo(
                 caption_mutual_knn(img, txt, photo, k, other_photos=other), photo, n)
     return out
 
@@ -199,18 +200,19 @@ def _pool_outcomes(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, tx
     per = {"r_at_1": image_to_text_recall(pmap, img, txt_one)[1],
            **score_captions(pmap, img, txt, photo, k)}
     if k < n:
-        per[f"mknn{k}"] = metrics.mutual_knn(img, txt_one, k)
+        per[mknn_name(k)] = metrics.mutual_knn(img, txt_one, k)
     return {key.removesuffix("_hit"): v for key, v in per.items()}
 
 
 def _pool_chance(n: int, photo: np.ndarray, k: int, keys: Iterable[str]) -> dict[str, float]:
     """Chance level of each of `keys` on a pool of n photos holding the captions `photo`."""
     counts = np.bincount(photo, minlength=n)
+    mknn = mknn_name(k)
     chance: dict[str, Callable[[], float]] = {
         "r_at_1": lambda: 1.0 / n, "r_at_1_i2t_all": lambda: 1.0 / n,
-        "r_at_1_t2i_all": lambda: 1.0 / n, f"mknn{k}": lambda: k / (n - 1),
-        f"mknn{k}_captions": lambda: k / (len(photo) - 1),
-        f"mknn{k}_captions_other_photos": lambda: float(np.mean(k / (len(photo) - counts)))}
+        "r_at_1_t2i_all": lambda: 1.0 / n, mknn: lambda: k / (n - 1),
+        f"{mknn}_captions": lambda: k / (len(photo) - 1),
+        f"{mknn}_captions_other_photos": lambda: float(np.mean(k / (len(photo) - counts)))}
     return {key: chance[key]() for key in keys}
 
 
@@ -248,7 +250,7 @@ def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt
             if m == n and whole is not None:
                 per = {name: v for name, v in ((key.removesuffix("_hit"), v)
                                                for key, v in whole.items())
-                       if name in POOL_METRICS or name.startswith(f"mknn{k}")}
+                       if name in POOL_METRICS or name.startswith(mknn_name(k))}
             else:
                 per = _pool_outcomes(pmap, img[sub], txt_one[sub], txt[keep], pool_photo, k)
             scores.append({key: float(np.mean(v)) for key, v in per.items()})

@@ -41,10 +41,10 @@ from prh.data import Photo
 from prh.distributed import Process, ddp_wrap, process_group
 from prh.encode_text import make_encode, make_val_loss
 from prh.io import write_json
-from prh.losses import SIGReg, effective_sigreg_weight, lejepa_loss, ntp_loss
+from prh.losses import SIGReg, lejepa_loss, ntp_loss
 from prh.models import Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
-from prh.train_config import TrainConfig, encoder_config, resolved_lamb, run_identity, view_config
+from prh.train_config import TrainConfig, encoder_config, resolve, run_identity, view_config
 from prh.views import check_fits
 
 # stable-pretraining's LeJEPA benchmark (benchmarks/imagenet10/lejepa-vit-small.py) warms up
@@ -58,7 +58,8 @@ EvalHook = Callable[[int, Callable[[list[str]], np.ndarray]], dict[str, float]]
 class TrainState:
     """What a step reads and updates: the network (`net`), what the step calls (`ddp`: `net` in
     DistributedDataParallel, or `net` itself in a one-process run), SIGReg, AdamW, the lamb the
-    loss uses (`resolved_lamb`) and the run's config."""
+    loss uses (`prh.train_config.resolve`; 0 for next-token, which has no SIGReg term) and
+    the run's config."""
 
     net: Net
     ddp: nn.Module
@@ -229,8 +230,9 @@ def build_state(cfg: TrainConfig, enc_cfg: TextEncoderConfig, proc: Process) -> 
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
                                   weight_decay=cfg.weight_decay,
                                   fused=proc.device.type == "cuda")
+    lamb = resolve(cfg, proc.world).lamb
     return TrainState(net, ddp_wrap(net, proc), sigreg, optimizer,
-                      resolved_lamb(cfg, proc.world), cfg)
+                      0.0 if lamb is None else lamb, cfg)
 
 
 class Net(nn.Module):
@@ -256,12 +258,11 @@ def _resolved_config(state: TrainState, enc_cfg: TextEncoderConfig, identity: st
     """config.json: the config as run, with what it implies (world size, the lamb the loss
     uses, the effective SIGReg weight)."""
     cfg = state.cfg
-    sigreg_weight = 0.0 if cfg.arm == "ntp" else effective_sigreg_weight(
-        state.lamb, cfg.batch_size, cfg.n_views(), proc.world)
+    resolved = resolve(cfg, proc.world)
     return {"train": cfg.to_dict(), "encoder": asdict(enc_cfg), "identity": identity,
-            "world_size": proc.world, "device": str(proc.device), "lamb": state.lamb,
+            "world_size": proc.world, "device": str(proc.device), "lamb": resolved.lamb,
             "n_parameters": count_parameters(state.net), "steps_per_epoch": steps_per_epoch,
-            "effective_sigreg_weight": sigreg_weight}
+            "effective_sigreg_weight": resolved.effective_sigreg_weight}
 
 
 def _epoch_metrics(sums: dict[str, Tensor], steps: int) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """The training run's configuration: params.yaml's `train` section as typed dataclasses, and what
 a run derives from it (the lamb its loss uses, its encoder, its views, its identity hash).
 
-The sources of the paper-scale defaults are data in harness/provenance.yaml, printed in the
+The sources of the paper-scale defaults are data in harness/config/provenance.yaml, printed in the
 report's hyperparameter table.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 
 from prh.config import ARMS, dataclass_from_dict
-from prh.losses import lamb_for_effective_weight
+from prh.losses import effective_sigreg_weight, lamb_for_effective_weight
 from prh.models import POOLINGS, TextEncoderConfig
 from prh.tokenizer import Tokenizer
 from prh.views import ViewConfig
@@ -163,6 +163,28 @@ def resolved_lamb(cfg: TrainConfig, world_size: int) -> float:
         return cfg.lamb
     return lamb_for_effective_weight(cfg.sigreg_weight, cfg.batch_size, cfg.n_views(),
                                      world_size)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a run's config implies at its world size, computed once (`resolve`) for the
+    trainer, config.json, run.json and MLflow: the lamb the loss uses and the effective SIGReg
+    weight (prh.losses.effective_sigreg_weight), both None for next-token, which has no SIGReg
+    term; the views per sample."""
+
+    world_size: int
+    n_views: int
+    lamb: float | None
+    effective_sigreg_weight: float | None
+
+
+def resolve(cfg: TrainConfig, world_size: int) -> Resolved:
+    """The derived values of `cfg` trained on `world_size` processes (`Resolved`)."""
+    if cfg.arm == "ntp":
+        return Resolved(world_size, cfg.n_views(), None, None)
+    lamb = resolved_lamb(cfg, world_size)
+    return Resolved(world_size, cfg.n_views(), lamb,
+                    effective_sigreg_weight(lamb, cfg.batch_size, cfg.n_views(), world_size))
 
 
 def encoder_config(cfg: TrainConfig, tokenizer: Tokenizer) -> TextEncoderConfig:

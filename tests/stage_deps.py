@@ -10,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("prh", "harness")
 # data files read by a module at run time -> the module that reads them
-DATA_FILES = {"harness/claims.yaml": "harness/claims.py",
-              "harness/provenance.yaml": "harness/provenance.py",
-              "reports/templates": "harness/render.py"}
+DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
+              "harness/config/provenance.yaml": "harness/config/provenance.py",
+              "reports/templates": "harness/report/render.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
 
 
@@ -87,9 +87,49 @@ def stage_module(stage: str) -> str:
     return f"harness/stages/{stage}.py"
 
 
-if __name__ == "__main__":  # print each stage's code deps, for pasting into dvc.yaml
+def is_code_dep(dep: str) -> bool:
+    """A dvc.yaml dep this module computes (code and the data files code reads)."""
+    return dep.startswith(PACKAGES) or dep in DATA_FILES
+
+
+def write_dvc_yaml(path: Path) -> list[str]:
+    """Rewrite each stage's code deps in `path` to `stage_files` (other deps, comments and
+    order kept: the code block replaces the first code dep); the stages changed."""
+    import yaml
+
+    stages = yaml.safe_load(path.read_text(encoding="utf-8"))["stages"]
+    lines, out, changed = path.read_text(encoding="utf-8").splitlines(keepends=True), [], []
+    stage, in_deps, written = None, False, False
+    for line in lines:
+        text = line.strip()
+        if line.startswith("  ") and not line.startswith("   ") and text.endswith(":"):
+            stage, in_deps, written = text[:-1], False, False
+        elif stage in stages and text == "deps:":
+            in_deps = True
+        elif in_deps and text.startswith("- "):
+            dep = text[2:]
+            if is_code_dep(dep):
+                if not written:
+                    want = sorted(stage_files(stage_module(stage)))
+                    have = sorted(d for d in stages[stage].get("deps", []) if is_code_dep(d))
+                    if want != have:
+                        changed.append(stage)
+                    out += [f"      - {d}\n" for d in want]
+                    written = True
+                continue
+        elif in_deps and text:
+            in_deps = False
+        out.append(line)
+    path.write_text("".join(out), encoding="utf-8")
+    return changed
+
+
+if __name__ == "__main__":  # print each stage's code deps, or rewrite dvc.yaml's (--write)
     import sys
 
+    if sys.argv[1:] == ["--write"]:
+        print("rewrote:", ", ".join(write_dvc_yaml(ROOT / "dvc.yaml")) or "nothing")
+        sys.exit(0)
     for stage in sys.argv[1:]:
         print(f"{stage}:")
         for path in sorted(stage_files(stage_module(stage))):

@@ -10,20 +10,12 @@ from typing import Any
 
 import pytest
 
-from harness.audit import (
-    RULES,
-    STATUSES,
-    VERDICTS,
-    AuditError,
-    Context,
-    arithmetic_checks,
-    audit,
-    check_params_hash,
-    gate,
-    load_margins,
-    parse_fail_on,
-)
-from harness.claims import RULE_NAMES, load_registry, parse_full_registry
+from harness.audit.claims import RULE_NAMES, AuditError, load_registry, parse_full_registry
+from harness.audit.gate import check_params_hash, gate, parse_fail_on
+from harness.audit.judge import arithmetic_checks, audit
+from harness.audit.rules import RULES, Context
+from harness.config.margins import MarginError, load_margins
+from harness.records.verdicts import STATUSES, VERDICTS
 
 REPO = Path(__file__).parents[1]
 FLICKR = {"dataset": "flickr30k", "n_test": 1000, "scale": "flickr"}
@@ -221,9 +213,9 @@ def test_summary_counts_every_status_and_gate_trips() -> None:
 
 def test_margins_from_params_refuse_zero_and_unknown_metrics() -> None:
     assert load_margins({"r_at_1": 0.05})["r_at_1"] == 0.05
-    with pytest.raises(AuditError, match=r"audit.margin.r_at_1: margin 0 must be a number"):
+    with pytest.raises(MarginError, match=r"audit.margin.r_at_1: margin 0 must be a number"):
         load_margins({"r_at_1": 0})
-    with pytest.raises(AuditError, match="audit.margin.r_at_2: unknown metric"):
+    with pytest.raises(MarginError, match="audit.margin.r_at_2: unknown metric"):
         load_margins({"r_at_2": 0.1})
 
 
@@ -270,7 +262,7 @@ def test_real_registry_findings() -> None:
     checks = arithmetic_checks(Context(reg.claims, "world", relations=reg.relations))
     found = {r["id"]: r for r in checks if r["status"] != "holds"}
     assert {k: r["status"] for k, r in found.items()} == FINDINGS
-    text = (REPO / "harness/claims.yaml").read_text().splitlines()
+    text = (REPO / "harness/audit/claims.yaml").read_text().splitlines()
     line = found["contam_shift_109m"]["registry_line"]
     assert text[line - 1].startswith("- {id: contam_shift_109m,")
     assert found["ci_50m_qwen3b_is_difference"]["readings"][0]["recomputed"] == \
@@ -285,7 +277,7 @@ def test_real_registry_findings() -> None:
 
 
 def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from harness.params import load_params
+    from harness.config.params import load_params
     from harness.stages.audit import main
 
     params = load_params(REPO / "params.yaml")
@@ -297,9 +289,9 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
                "gaps": [gap("good", "bad", 0.047, 0.012), gap("good", "ntp", 0.047, 0.012),
                         gap("bad", "ntp", 0.0, 0.003)]}
     (tmp_path / "results.json").write_text(json.dumps(results))
-    (tmp_path / "theory.json").write_text(json.dumps(THEORY))
+    (tmp_path / "theory.json").write_text(json.dumps({"schema": "prh.theory/1", **THEORY}))
     out = tmp_path / "audit.json"
-    args = ["--claims", str(REPO / "harness/claims.yaml"),
+    args = ["--claims", str(REPO / "harness/audit/claims.yaml"),
             "--results", str(tmp_path / "results.json"), "--theory", str(tmp_path / "theory.json"),
             "--contamination", str(tmp_path / "none.json"), "--params", str(REPO / "params.yaml"),
             "--out", str(out)]
@@ -334,9 +326,10 @@ def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: py
     import subprocess
     from types import SimpleNamespace
 
-    from harness import tracking, validate
-    from harness.params import load_params
-    from harness.stages import run
+    from harness.config import validate
+    from harness.config.params import load_params
+    from harness.pipeline import run
+    from harness.tracking import mlflow_runs as tracking
 
     params = REPO / "params.yaml"
     calls: list[list[str]] = []

@@ -12,8 +12,8 @@ from calibrated_similarity import calibrate as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.params import EvalConfig
-from harness.stats import aggregate_calibrated
+from harness.config.params import EvalConfig
+from harness.records.results import aggregate_calibrated
 from prh import align, calibrate, metrics
 
 

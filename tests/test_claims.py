@@ -1,4 +1,4 @@
-"""harness.claims: the registry validates, its numbers are the articles' numbers, and every
+"""harness.audit.claims: the registry validates, its numbers are the articles' numbers, and every
 kind of bad entry is refused with the entry id and the field named."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.claims import (
+from harness.audit.claims import (
     ARTICLES,
     ClaimsError,
     decimals,

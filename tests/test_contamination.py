@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from harness.contamination import (
+from harness.data.contamination import (
     caption_overlap,
     clean_mask,
     image_duplicates,

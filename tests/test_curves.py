@@ -1,5 +1,5 @@
-"""harness.curves (the numbers read off a run's per-epoch curve) and the audit's judgement of
-the claims they answer (harness.audit.rule_measured with `setup.measure`), on hand-made
+"""harness.stats.curves (the numbers read off a run's per-epoch curve) and the audit's judgement of
+the claims they answer (harness.audit.rules.rule_measured with `setup.measure`), on hand-made
 curves and a Flickr30k-shaped results file."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from harness.audit import Context, rule_measured, seeds_estimate
-from harness.claims import load_claims
-from harness.curves import arm_curve, run_curve
-from harness.stats import seed_spread
+from harness.audit.claims import load_claims
+from harness.audit.decide import seeds_estimate
+from harness.audit.rules import Context, rule_measured
+from harness.stats.curves import arm_curve, run_curve
+from harness.stats.estimators import seed_spread
 
 # the claims the pipeline's own Flickr30k run answers, and where results.json holds each
 CURVE_CLAIMS = {
@@ -87,7 +88,7 @@ def test_seeds_estimate_is_the_seed_t_interval_and_the_binomial_below_three_seed
 
 def flickr_results(epoch1: float, peak: float, stop: float, trainval: float) -> dict:
     """A Flickr30k-shaped results.json: three arms, three seeds, each arm's curve from
-    harness.curves and its train + val map R@1 with a two-level interval."""
+    harness.stats.curves and its train + val map R@1 with a two-level interval."""
     seeds = ("0", "1", "2")
     jitter = dict(zip(seeds, (-0.004, 0.0, 0.004), strict=True))
     arms = {}

@@ -15,8 +15,8 @@ import torch
 import yaml
 from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params, train_cmd
 
-from harness.audit import Context, rule_measured
-from harness.claims import load_claims
+from harness.audit.claims import load_claims
+from harness.audit.rules import Context, rule_measured
 from prh.checkpoint import read_checkpoint, tokenizer_from_files
 from prh.data import load_karpathy
 from prh.io import load_embeddings

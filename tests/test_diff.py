@@ -1,4 +1,4 @@
-"""harness.diff: seeds of one arm, commits, MLflow runs, gates and refused paired diffs."""
+"""harness.compare.diff: seeds of one arm, commits, MLflow runs, gates and refused paired diffs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.diff import (
+from harness.compare.diff import (
     DiffError,
     Spec,
     apply_gates,
@@ -22,7 +22,8 @@ from harness.diff import (
     parse_spec,
     to_markdown,
 )
-from harness.stats import paired_bootstrap_diff
+from harness.records.perquery import read_per_query, write_per_query
+from harness.stats.estimators import paired_bootstrap_diff
 
 ALIGN = Path(__file__).parent / "fixtures" / "pipeline" / "align"
 N_RES = 2000
@@ -122,9 +123,7 @@ def copy_with_ids(tmp_path: Path, ids: np.ndarray) -> Path:
     out = tmp_path / "other"
     out.mkdir()
     shutil.copy(ALIGN / "good-s1.json", out / "good-s1.json")
-    with np.load(ALIGN / "good-s1.npz") as z:
-        arrays = {k: z[k] for k in z.files}
-    np.savez(out / "good-s1.npz", **{**arrays, "ids": ids})
+    write_per_query(out / "good-s1.npz", ids, read_per_query(ALIGN / "good-s1.npz")[1])
     return out
 
 
@@ -147,9 +146,8 @@ def test_different_number_of_test_pairs_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     shutil.copy(ALIGN / "good-s1.json", other / "good-s1.json")
-    with np.load(ALIGN / "good-s1.npz") as z:
-        np.savez(other / "good-s1.npz", **{k: z[k][:30] for k in z.files if k != "ids"},
-                 ids=ids[:30])
+    outcomes = read_per_query(ALIGN / "good-s1.npz")[1]
+    write_per_query(other / "good-s1.npz", ids[:30], {k: v[:30] for k, v in outcomes.items()})
     with pytest.raises(DiffError, match="40 vs 30 test pairs"):
         diff_sets(load_set(f"{ALIGN}:good@0"), load_set(str(other)), n_resamples=200)
 
@@ -255,8 +253,8 @@ def test_folders_and_mlflow_give_the_same_params_and_metric_names(
     metric names, and the same --fail-if works on both."""
     import mlflow
 
-    from harness.params import load_params
-    from harness.runparams import run_params
+    from harness.config.params import load_params
+    from harness.config.runparams import run_params
 
     root = Path(__file__).resolve().parents[1]
     shutil.copytree(ALIGN, tmp_path / "runs" / "align")

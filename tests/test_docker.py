@@ -260,8 +260,8 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_local_state():
         return any(fnmatch.fnmatch(p, pat) for pat in patterns for p in prefixes)
 
     for needed in ["Dockerfile", "pyproject.toml", "docker/requirements.lock",
-                   "docker/entrypoint.sh", "prh/io.py", "harness/fingerprint.py", "dvc.yaml",
-                   "params.yaml", ".dvc/config"]:
+                   "docker/entrypoint.sh", "prh/io.py", "harness/tracking/fingerprint.py",
+                   "dvc.yaml", "params.yaml", ".dvc/config"]:
         assert not ignored(needed), needed
     for local in [".venv", ".git", "data", "runs", "mlruns", "mlflow.db", ".dvc/cache",
                   "prh/__pycache__", "prh_rerun.egg-info"]:

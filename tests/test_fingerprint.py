@@ -1,4 +1,4 @@
-"""harness.fingerprint: the environment record that MLflow tags and the report prints."""
+"""harness.tracking.fingerprint: the environment record that MLflow tags and the report prints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import fingerprint as fpm
+from harness.tracking import fingerprint as fpm
 
 IMAGE_KEYS = ["image_digest", "image_git_commit", "image_build_date", "image_base"]
 DIGEST = "sha256:" + "ab" * 32

@@ -1,4 +1,4 @@
-"""harness.flat: the numbers-only files DVC shows, cut from the pipeline's rich JSON."""
+"""harness.records.flat: the numbers-only files DVC shows, cut from the pipeline's rich JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.flat import aggregate_metrics, curve_rows, run_metrics
+from harness.records.flat import aggregate_metrics, curve_rows, run_metrics
 
 PIPE = Path(__file__).parent / "fixtures" / "pipeline"
 
@@ -20,7 +20,7 @@ def numbers_only(obj) -> bool:
 
 def test_run_metrics_are_flat_rounded_numbers_of_the_run_file():
     run = json.loads((PIPE / "align" / "good-s0.json").read_text())
-    flat = run_metrics(run["metrics"])
+    flat = run_metrics(run["metrics"], 10)
     assert flat["r_at_1"] == round(run["metrics"]["r_at_1"]["value"], 4) == 0.525
     assert (flat["r_at_1_lo"], flat["r_at_1_hi"]) == (0.375, 0.675)
     assert flat["chance"] == 0.025 and numbers_only(flat)
@@ -30,7 +30,7 @@ def test_run_metrics_are_flat_rounded_numbers_of_the_run_file():
 
 def test_aggregate_metrics_hold_each_arm_and_gap_with_its_interval():
     results = json.loads((PIPE / "results.json").read_text())
-    flat = aggregate_metrics(results)
+    flat = aggregate_metrics(results, 10)
     assert set(flat) == {"good", "bad", "ntp", "good-bad", "good-ntp", "bad-ntp"}
     good = results["arms"]["good"]["metrics"]["r_at_1"]
     assert flat["good"]["r_at_1"] == pytest.approx(good["mean"], abs=5e-5)

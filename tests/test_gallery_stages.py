@@ -93,7 +93,7 @@ def test_aggregate_averages_the_curve_over_seeds(repo):
 
 
 def test_align_refuses_captions_of_other_photos_in_one_line(tmp_path, monkeypatch, capsys):
-    from harness.params import TRAIN_SECTIONS, load_params
+    from harness.config.params import TRAIN_SECTIONS, load_params
     from harness.stages import align
     from prh.io import write_json
 

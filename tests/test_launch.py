@@ -14,7 +14,7 @@ import pytest
 import tiny_world
 import yaml
 
-from harness import launch
+from harness.pipeline import launch
 from prh.io import ContractError
 
 

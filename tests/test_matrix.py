@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from tiny_world import copy_project, sh
 
-from harness.matrix import parse_devices, worker_env
+from harness.pipeline.matrix import parse_devices, worker_env
 
 
 def test_devices_and_worker_environment():
@@ -39,7 +39,7 @@ def test_two_cpu_workers_train_the_matrix_concurrently_tracked_and_recorded(tmp_
 
 
 def test_a_failed_training_stops_no_other_and_is_reported_by_its_code(tmp_path):
-    from harness.matrix import run_pool
+    from harness.pipeline.matrix import run_pool
 
     jobs = {"train@good-0": "exit 3", "train@bad-0": "echo $CUDA_VISIBLE_DEVICES-ok",
             "train@ntp-0": "true"}

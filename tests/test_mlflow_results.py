@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import services
 
-from harness import tracking
-from harness.params import load_params
-from harness.runfiles import run_name
+from harness.config.params import load_params
+from harness.records.runfile import run_name
 from harness.stages.aggregate import main as aggregate_main
 from harness.stages.report import main as report_main
+from harness.tracking import mlflow_runs as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "pipeline"

@@ -78,7 +78,7 @@ def test_server_gone_mid_run_buffers_epochs_then_sends_or_names_them(server, tmp
     for good before the run ends (epoch 4 is named as lost)."""
     import mlflow
 
-    from harness import tracking
+    from harness.tracking import mlflow_runs as tracking
 
     port = services.free_port()
     url = f"http://127.0.0.1:{port}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import services
 
-from harness import tracking
+from harness.tracking import mlflow_runs as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.records.results import aggregate_pair_free
 from harness.stages.align import pair_free_scores
-from harness.stats import aggregate_pair_free
 from prh.io import ContractError, save_embeddings
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.params import ParamsError, load_params
-from harness.validate import validate_params
+from harness.config.params import ParamsError, load_params
+from harness.config.validate import validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,13 +63,13 @@ def test_bad_parameter_names_file_and_key(tmp_path, edit, needles):
 
 
 def test_every_training_default_has_a_source_inside_the_repository(tmp_path):
-    """harness/provenance.yaml: each flickr30k train key gets its citation from the file (none
-    falls back to 'chosen by us'), every entry names a train key, and no citation points to a
-    file a clone lacks."""
+    """harness/config/provenance.yaml: each flickr30k train key gets its citation from the file
+    (none falls back to 'chosen by us'), every entry names a train key, and no citation points
+    to a file a clone lacks."""
     from test_self_contained import BANNED
 
-    from harness.params import flatten
-    from harness.provenance import SOURCES, provenance
+    from harness.config.params import flatten
+    from harness.config.provenance import SOURCES, provenance
     from prh.train_config import TrainConfig
 
     rows = provenance(load_params(write(tmp_path, lambda r: r.update(profile="flickr30k"))))
@@ -87,7 +87,7 @@ def test_every_training_default_has_a_source_inside_the_repository(tmp_path):
 def config_keys() -> dict[str, list[str]]:
     """Every key a config of the code reads, by params.yaml section (arm and seed come from the
     matrix; the views' max_len and mask_id from train.max_len and the tokenizer)."""
-    from harness.params import EvalConfig, TheoryConfig, flatten
+    from harness.config.params import ContaminationConfig, EvalConfig, TheoryConfig, flatten
     from prh.image import ImageConfig
     from prh.train_config import VIEW_KEYS, TrainConfig
     from prh.world import WorldConfig
@@ -96,14 +96,15 @@ def config_keys() -> dict[str, list[str]]:
              and not (k.startswith("views.") and k[6:] not in VIEW_KEYS)]
     return {"data.world": list(flatten(WorldConfig())), "image": list(flatten(ImageConfig())),
             "train": train, "eval": list(flatten(EvalConfig())),
-            "theory": list(flatten(TheoryConfig()))}
+            "theory": list(flatten(TheoryConfig())),
+            "contamination": list(flatten(ContaminationConfig()))}
 
 
 @pytest.mark.parametrize("profile", ["world", "flickr30k"])
 def test_params_yaml_holds_every_knob_the_code_reads(profile):
     """So `dvc exp run -S PROFILE.SECTION.KEY=...` works for every knob (DVC refuses a key
     params.yaml lacks: "Key 'lamb' is not in struct")."""
-    from harness.params import flatten
+    from harness.config.params import flatten
 
     block = flatten(yaml.safe_load((ROOT / "params.yaml").read_text())[profile])
     missing = [f"{section}.{key}" for section, keys in config_keys().items()
@@ -115,7 +116,7 @@ def test_params_yaml_holds_every_knob_the_code_reads(profile):
 
 def test_a_knob_missing_from_params_yaml_is_caught():
     """The check above on a params.yaml without lamb: it names the key."""
-    from harness.params import flatten
+    from harness.config.params import flatten
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     del raw["world"]["train"]["lamb"]
@@ -172,13 +173,13 @@ def test_ci_level_as_a_percentage_gets_the_one_rule_it_breaks(tmp_path):
 
 
 def test_logged_params_are_the_ones_the_run_uses():
-    """MLflow's params (harness.runparams.run_params) against the config a train stage builds
+    """MLflow's params (harness.config.runparams.run_params) against the config a train stage builds
     and the views prh.train_config.view_config gives it: views.max_len is train.max_len (48 on
     the world), never the ViewConfig default 64; the mask id is the tokenizer's."""
     from dataclasses import replace
 
-    from harness.params import flatten
-    from harness.runparams import run_params
+    from harness.config.params import flatten
+    from harness.config.runparams import run_params
     from prh.tokenizer import train_tokenizer
     from prh.train_config import TrainConfig, view_config
 
@@ -194,7 +195,7 @@ def test_logged_params_are_the_ones_the_run_uses():
 
 
 def test_flickr30k_with_fewer_than_the_papers_three_seeds_is_warned(tmp_path):
-    from harness.validate import seed_warnings
+    from harness.config.validate import seed_warnings
 
     two = load_params(write(tmp_path, lambda r: r.update(profile="flickr30k", seeds=[0, 1])))
     (line,) = seed_warnings(two)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params
 
-from harness.params import ProbeConfig
+from harness.config.params import ProbeConfig
 from harness.stages.probe import run_differences, short_config
 from prh.train_config import TrainConfig
 

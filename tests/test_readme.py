@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.flat import aggregate_metrics, curve_rows, run_metrics
+from harness.records.flat import aggregate_metrics, curve_rows, run_metrics
 from prh.io import read_json, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,12 +172,12 @@ def repo(tmp_path_factory) -> Path:
     (repo / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
     for path in sorted((repo / "runs" / "align").glob("*.json")):
         run = read_json(path)
-        write_json(repo / "runs" / "metrics" / path.name, run_metrics(run["metrics"]))
+        write_json(repo / "runs" / "metrics" / path.name, run_metrics(run["metrics"], 10))
         write_json(repo / "runs" / "plots" / path.stem / "epochs.json",
                    curve_rows(run["curve"], ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(repo / "runs" / "plots" / path.stem / "fit_size.json",
                    curve_rows(run["fit_size_curve"], ("n_fit", "r_at_1")))
-    for name, flat in aggregate_metrics(read_json(repo / "runs" / "results.json")).items():
+    for name, flat in aggregate_metrics(read_json(repo / "runs" / "results.json"), 10).items():
         write_json(repo / "runs" / "metrics" / "aggregate" / f"{name}.json", flat)
     for step in ("git init -q", "git add -A", "git commit -qm first"):
         assert ran(repo, step) is None

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.audit import STATUSES, VERDICTS
-from harness.claims import load_registry
+from harness.audit.claims import load_registry
+from harness.records.verdicts import STATUSES, VERDICTS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from harness.audit import Context, arithmetic_checks, audit
-from harness.claims import load_registry, printed_interval
+from harness.audit.claims import load_registry, printed_interval
+from harness.audit.judge import arithmetic_checks, audit
+from harness.audit.rules import Context
 
 ARMS = ("good", "bad", "ntp")
 REG = load_registry()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.audit import check_relation, grimmer_feasible
-from harness.claims import parse_full_registry
+from harness.audit.claims import parse_full_registry
+from harness.audit.relations import check_relation, grimmer_feasible
 
 REP = {"article": "audit_article", "section": "x"}
 

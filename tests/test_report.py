@@ -1,4 +1,4 @@
-"""harness.report and harness.plots on the fixture pipeline outputs (tests/fixtures/pipeline)."""
+"""harness.report and harness.report.plots on the fixture pipeline outputs (tests/fixtures/pipeline)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import plots
-from harness.claims import load_claims
-from harness.render import fmt_num, render, write_pdf
-from harness.report import ReportPaths, best_and_last, build_context
+from harness.audit.claims import load_claims
+from harness.report import plots
+from harness.report.context import ReportPaths, best_and_last, build_context
+from harness.report.render import fmt_num, render, write_pdf
 from harness.stages.report import main as report_main
 
 FIX = Path(__file__).parent / "fixtures" / "pipeline"

@@ -1,4 +1,4 @@
-"""harness.measures in the rendered report: calibrated alignment, five captions and the pool
+"""harness.report.measures in the rendered report: calibrated alignment, five captions and the pool
 size, pair-free alignment, determinism, what shakes each headline number, the world's settings.
 
 Inputs are the fixture pipeline (tests/fixtures/pipeline) with the newer blocks added by the
@@ -16,9 +16,10 @@ import pytest
 import yaml
 from test_report import Cells
 
-from harness.render import render, write_pdf
-from harness.report import ReportPaths, build_context, registry_setups
-from harness.stats import aggregate_calibrated, seed_spread
+from harness.records.results import aggregate_calibrated
+from harness.report.context import ReportPaths, build_context, registry_setups
+from harness.report.render import render, write_pdf
+from harness.stats.estimators import seed_spread
 from prh.calibrate import calibrate
 from prh.gallery import curve_over_seeds
 

@@ -47,19 +47,19 @@ def test_dvc_yaml_lists_each_stage_import_closure_and_data_files():
 
 def test_a_deleted_dependency_line_is_caught():
     doc = read_dvc_yaml()
-    doc["stages"]["aggregate"]["deps"].remove("harness/stats.py")
+    doc["stages"]["aggregate"]["deps"].remove("harness/stats/estimators.py")
     doc["stages"]["report"]["deps"].remove("reports/templates")
-    assert missing_deps(doc) == {"aggregate": {"harness/stats.py"},
+    assert missing_deps(doc) == {"aggregate": {"harness/stats/estimators.py"},
                                  "report": {"reports/templates"}}
 
 
 def test_lazy_and_relative_imports_count():
     files = stage_files(stage_module("align"))
-    assert "harness/stats.py" in files        # imported inside main()
-    assert "prh/align.py" in files            # `from prh.align import ...` inside main()
-    assert "harness/runfiles.py" in files     # `from ..runfiles import run_name`
+    assert "harness/stats/estimators.py" in files  # imported inside main()
+    assert "prh/align.py" in files  # `from prh.align import ...` inside main()
+    assert "harness/records/runfile.py" in files  # imported at the top
     assert "prh/theory.py" not in files
-    assert "harness/claims.yaml" in stage_files(stage_module("audit"))
+    assert "harness/audit/claims.yaml" in stage_files(stage_module("audit"))
 
 
 def expand(stage: str) -> set[str]:
@@ -102,9 +102,9 @@ def committed(tmp_path_factory) -> Path:
     return repo
 
 
-@pytest.mark.parametrize("edited", ["prh/theory.py", "harness/stats.py", "harness/render.py",
-                                    "prh/views.py", "harness/claims.yaml",
-                                    "reports/templates/_summary.j2"])
+@pytest.mark.parametrize("edited", ["prh/theory.py", "harness/stats/estimators.py",
+                                    "harness/report/render.py", "prh/views.py",
+                                    "harness/audit/claims.yaml", "reports/templates/_summary.j2"])
 def test_editing_a_file_makes_dvc_status_name_exactly_the_stages_that_run_it(committed, edited):
     path = committed / edited
     original = path.read_bytes()

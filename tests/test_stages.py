@@ -36,7 +36,7 @@ def make_world(tmp_path: Path, monkeypatch, edit=lambda r: None) -> Path:
 def test_views_longer_than_the_captions_allow_stop_the_prepare_stage(tmp_path, monkeypatch,
                                                                       capsys):
     """max_len 6 leaves 4 tokens: most captions would be cut, so `harness prepare` refuses
-    before the image encoder or any text encoder trains (on the world, harness.validate
+    before the image encoder or any text encoder trains (on the world, harness.config.validate
     already refuses it from the words a caption can have; prepare counts real tokens, the
     check a data set of unknown captions gets)."""
     path = make_world(tmp_path, monkeypatch)
@@ -101,7 +101,7 @@ def test_a_stage_without_its_paths_is_a_usage_error(argv, capsys):
 def test_run_check_validates_and_runs_nothing(tmp_path, monkeypatch, capsys):
     """`harness run --check`: every setting and combination checked, nothing run (no .dvc
     here, so no `dvc status` either); a combination that cannot work is named, exit 2."""
-    from harness.stages import run
+    from harness.pipeline import run
 
     path = write_params(tmp_path, lambda r: None)
     monkeypatch.chdir(tmp_path)
@@ -120,7 +120,7 @@ def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, mo
     refuse, and align says so in one line instead of a traceback."""
     import numpy as np
 
-    from harness.params import TRAIN_SECTIONS, load_params
+    from harness.config.params import TRAIN_SECTIONS, load_params
     from harness.stages import align
     from prh.io import save_embeddings, write_json
 

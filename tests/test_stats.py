@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from harness.stats import (
+from harness.stats.estimators import (
     Interval,
     bootstrap_ci,
     paired_bootstrap_diff,

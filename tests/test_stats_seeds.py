@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from harness.stats import aggregate_runs, two_level_gap, two_level_mean
+from harness.records.results import aggregate_runs
+from harness.stats.estimators import two_level_gap, two_level_mean
 
 REPS = 2000
 MC_COVER = 3 * math.sqrt(0.95 * 0.05 / REPS)  # 3 Monte Carlo se of a 95% coverage: .015

@@ -1,5 +1,5 @@
-"""The report's first page (harness.summary), its audit table, the reproducibility checklist
-(harness.checklist) and the PDF's fit to its pages, on the fixture pipeline outputs with a real
+"""The report's first page (harness.report.summary), its audit table, the reproducibility checklist
+(harness.report.checklist) and the PDF's fit to its pages, on the fixture pipeline outputs with a real
 audit (harness.audit over the registry)."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import Context, at_chance, audit
-from harness.checklist import checklist
-from harness.claims import load_registry
-from harness.render import brief, render, write_pdf
-from harness.report import ReportPaths, build_context
+from harness.audit.claims import load_registry
+from harness.audit.decide import at_chance
+from harness.audit.judge import audit
+from harness.audit.rules import Context
+from harness.report.checklist import checklist
+from harness.report.context import ReportPaths, build_context
+from harness.report.render import brief, render, write_pdf
+from harness.report.summary import HEADLINES, Headline, audit_table, first_page, headline_rows
 from harness.stages.report import main as report_main
-from harness.summary import HEADLINES, Headline, audit_table, first_page, headline_rows
 
 FIX = Path(__file__).parent / "fixtures" / "pipeline"
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +30,7 @@ def load(name: str) -> dict:
 
 
 def real_audit(results: dict, profile: str = "world") -> dict:
-    reg = load_registry(ROOT / "harness" / "claims.yaml")
+    reg = load_registry(ROOT / "harness" / "audit" / "claims.yaml")
     return audit(reg, Context(reg.claims, profile, results, load("theory.json")))
 
 
@@ -47,7 +49,7 @@ def pipeline(tmp_path_factory, doc: dict) -> Path:
 
 
 def test_headlines_name_registry_claims():
-    ids = {c for c in load_registry(ROOT / "harness" / "claims.yaml").claims}
+    ids = {c for c in load_registry(ROOT / "harness" / "audit" / "claims.yaml").claims}
     assert all(i in ids for h in HEADLINES for i in h.ids)
 
 

@@ -12,7 +12,7 @@ import pytest
 import services
 import tiny_world
 
-from harness import tracking
+from harness.tracking import mlflow_runs as tracking
 from prh.io import ContractError
 
 ROOT = Path(__file__).resolve().parents[1]

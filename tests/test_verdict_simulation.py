@@ -42,8 +42,9 @@ import pytest
 from scipy import optimize
 from scipy import stats as sps
 
-from harness.audit import ALPHA, decide, margins_from_params
-from harness.stats import TwoLevel, two_level_mean
+from harness.audit.decide import ALPHA, decide
+from harness.config.margins import margins_from_params
+from harness.stats.estimators import TwoLevel, two_level_mean
 
 REPS, N_PAIRS, CLAIM_SEEDS = 1000, 1000, 3
 MARGINS = margins_from_params(Path(__file__).parents[1] / "params.yaml")  # shipped

@@ -21,8 +21,8 @@ def run(*cmd: str | Path, cwd: Path) -> str:
 
 def test_the_wheel_ships_the_templates_and_the_data_files(tmp_path):
     names = run(sys.executable, "-m", "zipfile", "-l", build_wheel(tmp_path), cwd=tmp_path)
-    for name in ("harness/templates/report.html.j2", "harness/claims.yaml",
-                 "harness/provenance.yaml"):
+    for name in ("harness/templates/report.html.j2", "harness/audit/claims.yaml",
+                 "harness/config/provenance.yaml"):
         assert name in names, name
 
 
@@ -31,7 +31,7 @@ def test_wheel_installed_outside_the_tree_renders_the_report(tmp_path):
     py = venv / "bin" / "python"
     work = tmp_path / "work"
     work.mkdir()
-    where = run(py, "-c", "import harness, harness.render as r; print(harness.__file__); "
+    where = run(py, "-c", "import harness, harness.report.render as r; print(harness.__file__); "
                 "print(r.templates_dir())", cwd=work).split()
     assert all(str(ROOT) not in w and "site-packages" in w for w in where), where
     out = work / "report.html"

@@ -9,41 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from prh.io import ContractError, atomic_path, load_embeddings, read_json, write_json
-
-from ..params import TRAIN_SECTIONS, load_params
-from ..runfiles import RUN_SCHEMA, run_name
-from .common import add_run_args, fail, stage_parser
-
-
-def save_per_query(path: Path, ids: np.ndarray, per_query: dict[str, np.ndarray]) -> None:
-    """Per-test-pair outcomes (hits, mutual k-NN overlaps) with their row ids, atomically."""
-    with atomic_path(path, suffix=".npz") as tmp:
-        np.savez(tmp, ids=ids, **{k: np.asarray(v, dtype=np.float64) for k, v in per_query.items()})
-
-
-def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
-              pair_free: dict[str, Any]) -> None:
-    """The final scores and their interval ends as `final.*` metrics of the training run, each
-    calibrated metric's fields as `final.calibrated.METRIC.FIELD` and the pair-free scores as
-    `final.pair_free.FIELD`."""
-    import mlflow
-
-    from .. import tracking
-
-    mlflow.set_tracking_uri(tracking.tracking_uri())
-    client = mlflow.MlflowClient()
-    for key, m in metrics.items():
-        client.log_metric(run_id, f"final.{key}", m["value"])
-        if "ci" in m:
-            client.log_metric(run_id, f"final.{key}.ci_lo", m["ci"][0])
-            client.log_metric(run_id, f"final.{key}.ci_hi", m["ci"][1])
-    for key, fields in calibrated.items():
-        for field, value in fields.items():
-            client.log_metric(run_id, f"final.calibrated.{key}.{field}", value)
-    for field, value in pair_free.items():
-        if isinstance(value, int | float):
-            client.log_metric(run_id, f"final.pair_free.{field}", value)
+from harness.config.params import TRAIN_SECTIONS, load_params
+from harness.records.runfile import run_name
+from harness.records.schemas import RUN
+from harness.stages.common import add_run_args, fail, stage_parser
+from prh.io import ContractError, load_embeddings, read_json, write_json
 
 
 def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, params_path: Path,
@@ -112,6 +82,11 @@ def main(argv: list[str]) -> int:
                         help="folder for the epoch and fit-size curves as `dvc plots` files")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness align --help` answers at once
+    from harness.records import names
+    from harness.records.flat import curve_rows, run_metrics
+    from harness.records.perquery import write_per_query
+    from harness.stats.estimators import bootstrap_ci
+    from harness.tracking import mlflow_runs as tracking
     from prh.align import (
         check_disjoint,
         check_scoring_sizes,
@@ -120,10 +95,10 @@ def main(argv: list[str]) -> int:
     )
     from prh.gallery import gallery_curve, photo_index, score_captions
 
-    from ..flat import curve_rows, run_metrics
-    from ..stats import bootstrap_ci
-
     name = run_name(args.arm, args.seed)
+    if args.per_query.parent.resolve() != args.out.parent.resolve():
+        return fail(ContractError(f"--per-query {args.per_query} must sit beside --out "
+                                  f"{args.out}: the run file names it by file name"))
     try:
         params = load_params(args.params)
         ev = params.eval_config()
@@ -173,16 +148,13 @@ def main(argv: list[str]) -> int:
     for metric, outcomes in scores.per_query.items():
         ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
                           seed=ev.bootstrap_seed)
-        metrics[metric.removesuffix("_hit")] = {"value": float(np.mean(outcomes)),
+        metrics[names.metric_of(metric)] = {"value": float(np.mean(outcomes)),
                                                 **ci.to_dict(),
                                                 "ci_method": f"{ci.method} (test pairs)"}
-    if args.per_query.parent.resolve() != args.out.parent.resolve():
-        return fail(ContractError(f"--per-query {args.per_query} must sit beside --out "
-                                  f"{args.out}: the run file names it by file name"))
     out_npz = args.per_query
-    save_per_query(out_npz, ids_test, scores.per_query)
+    write_per_query(out_npz, ids_test, scores.per_query)
     write_json(args.out, {
-        "schema": RUN_SCHEMA,
+        "schema": str(RUN),
         "run": {**{k: run[k] for k in ("arm", "seed", "profile", "mlflow_run_id", "train_hash",
                                        "data_hash", "git_commit", "git_dirty")},
                 "params_hash": params.hash},
@@ -194,13 +166,13 @@ def main(argv: list[str]) -> int:
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
         "per_query": out_npz.name})
     if args.metrics is not None:
-        write_json(args.metrics, run_metrics(metrics))
+        write_json(args.metrics, run_metrics(metrics, ev.k))
     if args.plots is not None:
         write_json(args.plots / "epochs.json", curve_rows(
             read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit")))
         write_json(args.plots / "fit_size.json",
                    curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
-    log_final(run["mlflow_run_id"], metrics, scores.calibrated, pair_free)
+    tracking.log_final(run["mlflow_run_id"], metrics, scores.calibrated, pair_free)
     r1 = metrics["r_at_1"]
     print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
           f"[{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")

@@ -1,5 +1,5 @@
 """Stage `audit`: the claims registry against the reproduced numbers, one verdict per claim
-with its evidence (harness.audit)."""
+with its evidence (harness.audit.judge; margins from params.yaml, checked when it is read)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.config.params import load_params
+from harness.records.schemas import RESULTS, THEORY, Schema
+from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
 
-from ..params import load_params
-from .common import fail, stage_parser
 
-
-def read_optional(path: Path) -> Any:
-    """A pipeline file's content, or None when that stage has not written it."""
-    return read_json(path) if path.exists() else None
+def read_optional(path: Path, schema: Schema) -> Any:
+    """A pipeline file's content checked against its schema, or None when that stage has not
+    written it."""
+    return schema.check(read_json(path), str(path)) if path.exists() else None
 
 
 def data_label(profile: str, results: Any) -> str:
@@ -32,15 +33,10 @@ def data_label(profile: str, results: Any) -> str:
 def main(argv: list[str]) -> int:
     """Audit --claims against --results, --theory and --contamination under --params; write
     the verdicts to --out."""
-    from ..audit import (
-        Context,
-        audit,
-        check_params_hash,
-        gate,
-        margins_from_params,
-        parse_fail_on,
-    )
-    from ..claims import load_registry
+    from harness.audit.claims import load_registry
+    from harness.audit.gate import check_params_hash, gate, parse_fail_on
+    from harness.audit.judge import audit
+    from harness.audit.rules import Context
 
     parser = stage_parser("audit", main.__doc__)
     parser.add_argument("--claims", type=Path, required=True, help="claims registry (YAML)")
@@ -55,15 +51,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)
-        results = read_optional(args.results)
+        results = read_optional(args.results, RESULTS)
         if results is not None:
             check_params_hash(results, params.hash, str(args.results))
         fail_on = parse_fail_on(args.fail_on)
         registry = load_registry(args.claims)
         doc = audit(registry, Context(registry.claims, data_label(params.profile, results),
                                       results,
-                                      read_optional(args.theory),
-                                      margins=margins_from_params(args.params)))
+                                      read_optional(args.theory, THEORY),
+                                      margins=params.margins))
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.params]

@@ -7,9 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.config.params import Params, load_params
 from prh.io import ContractError
-
-from ..params import Params, load_params
 
 FLICKR_HELP = """\
 The flickr30k profile needs your own copy of Flickr30k and of the DINOv2 weights:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.stages.common import fail, preflight, stage_parser, weights_path
 from prh.io import ContractError, atomic_dir, save_embeddings
-
-from .common import fail, preflight, stage_parser, weights_path
 
 
 def main(argv: list[str]) -> int:

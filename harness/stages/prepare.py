@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.config.params import Params
+from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, atomic_dir, file_sha256, write_json
-
-from ..params import Params
-from .common import fail, preflight, stage_parser
 
 DATA_HASH_CHARS = 16  # the data hash shown in tags and results (a prefix of the file's sha256)
 

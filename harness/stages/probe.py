@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.params import ProbeConfig
+from harness.records import names
+from harness.records.schemas import PROBE
+from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json, write_json
-
-from ..params import ProbeConfig
-from .common import fail, preflight, stage_parser
 
 
 def short_config(train_cfg: Any, probe: ProbeConfig, lamb: float | None) -> Any:
@@ -59,12 +60,11 @@ def run_differences(first: dict[str, Any], second: dict[str, Any]) -> dict[str, 
 def train_and_score(cfg: Any, photos: dict[str, list], tokenizer: Any, image: dict,
                     work: Path, k: int) -> dict[str, Any]:
     """Train one short run in `work`, embed the fit and test captions, score the alignment."""
+    from harness.stages.train import eval_captions
     from prh.align import score_alignment
     from prh.checkpoint import read_checkpoint
     from prh.encode_text import load_text_encoder
     from prh.train import train_text_encoder
-
-    from .train import eval_captions
 
     train_text_encoder(cfg, photos["train"], tokenizer, work, progress=False)
     encode = load_text_encoder(work)
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
     except ContractError as e:
         return fail(e)
     if not probe.arms:
-        write_json(args.out, {"schema": "prh.probe/1", "profile": params.profile,
+        write_json(args.out, {"schema": str(PROBE), "profile": params.profile,
                               "params_hash": params.hash, "skipped": "probe.arms is empty"})
         print("probe: off (probe.arms is empty in params.yaml)")
         return 0
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
                                             tokenizer, image, Path(scratch) / f"{arm}-{lamb}",
                                             ev.k)
                 sweep.append({"arm": arm, "lamb": lamb, **{
-                    m: runs[key]["scores"][m] for m in ("r_at_1", "r_at_5", f"mknn{ev.k}",
+                    m: runs[key]["scores"][m] for m in ("r_at_1", "r_at_5", names.mknn(ev.k),
                                                         "chance_r_at_1")}})
                 print(f"probe: {arm} lambda {lamb} R@1 {runs[key]['scores']['r_at_1']:.3f}",
                       flush=True)
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     diffs = run_differences(first, second)
     worst = max(diffs.values())
     write_json(args.out, {
-        "schema": "prh.probe/1", "profile": params.profile, "params_hash": params.hash,
+        "schema": str(PROBE), "profile": params.profile, "params_hash": params.hash,
         "probe": dataclasses.asdict(probe), "main_epochs": configs[probe.arms[0]].epochs,
         "lambda_sweep": sweep,
         "determinism": {"arm": arm, "seed": probe.seed, "lamb": lamb, "epochs": probe.epochs,

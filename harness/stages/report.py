@@ -1,5 +1,5 @@
 """Stage `report`: the paper-vs-rerun report as one HTML file and a PDF of the same HTML
-(context from harness.report, rendering by harness.render), also logged as MLflow artifacts
+(context from harness.report, rendering by harness.report.render), also logged as MLflow artifacts
 of the run that results.json names (the aggregate stage's run of the whole pipeline)."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.stages.common import stage_parser
 from prh.io import write_json, write_text
-
-from .common import stage_parser
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +22,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--audit", type=Path, required=True, help="audit stage's JSON")
     parser.add_argument("--provenance", type=Path, default=None,
                         help="JSON/YAML list of {key, value, source, citation} (default: "
-                             "built from --params by harness.provenance)")
+                             "built from --params by harness.config.provenance)")
     parser.add_argument("--prepared", type=Path, default=None,
                         help="the prepare stage's summary.json, whose data-check warnings the "
                              "first page shows")
@@ -39,9 +38,9 @@ def main(argv: list[str]) -> int:
                              "PDF runs off a page (for CI)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness report --help` answers at once
-    from .. import tracking
-    from ..render import render, write_pdf
-    from ..report import SCHEMAS, ReportPaths, build_context, load_input
+    from harness.report.context import SCHEMAS, ReportPaths, build_context, load_input
+    from harness.report.render import render, write_pdf
+    from harness.tracking import mlflow_runs as tracking
 
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
                                     args.audit, args.params, args.provenance, args.prepared,

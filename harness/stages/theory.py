@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.config.params import load_params
+from harness.records.schemas import THEORY
+from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, write_json
-
-from ..params import load_params
-from .common import fail, stage_parser
 
 
 def main(argv: list[str]) -> int:
@@ -31,5 +31,5 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     bound = run_bound_check(n_worlds=cfg.bound_worlds, seed=cfg.seed)
     print(f"theory: {summary('bound', bound, time.perf_counter() - start)}")
-    write_json(args.out, {"schema": "prh.theory/1", "grid": grid, "bound": bound})
+    write_json(args.out, {"schema": str(THEORY), "grid": grid, "bound": bound})
     return 0

@@ -14,6 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.params import TRAIN_SECTIONS
+from harness.records.runfile import run_name
+from harness.stages.common import add_run_args, fail, preflight, stage_parser
+from harness.stages.prepare import data_hash
 from prh.io import (
     ContractError,
     atomic_dir,
@@ -22,11 +26,6 @@ from prh.io import (
     save_embeddings,
     write_json,
 )
-
-from ..params import TRAIN_SECTIONS
-from ..runfiles import run_name
-from .common import add_run_args, fail, preflight, stage_parser
-from .prepare import data_hash
 
 
 def eval_captions(photos: list[Any]) -> list[str]:
@@ -72,23 +71,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness train --help` answers at once
+    from harness.config.runparams import run_params, train_config
+    from harness.tracking import mlflow_runs as tracking
+    from harness.tracking.fingerprint import environment_fingerprint
     from prh.data import load_karpathy, pairfree_halves
     from prh.encode_text import load_text_encoder
     from prh.gallery import caption_ids
-    from prh.losses import effective_sigreg_weight
     from prh.tokenizer import Tokenizer
     from prh.train import train_text_encoder
-    from prh.train_config import TrainConfig, encoder_config, resolved_lamb, run_identity
-
-    from .. import tracking
-    from ..fingerprint import environment_fingerprint
-    from ..runparams import run_params
+    from prh.train_config import encoder_config, resolve, run_identity
 
     try:
         params = preflight(args.params, args.dataset.parent)
         if int(os.environ.get("RANK", "0")) == 0:
             tracking.check_server()  # an unreachable server stops here, before training
-        cfg = params.config(TrainConfig, "train", arm=args.arm, seed=args.seed)
+        cfg = train_config(params, args.arm, args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
         pool = pairfree_halves(corpus.split("train"))[1]
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
@@ -99,15 +96,13 @@ def main(argv: list[str]) -> int:
     work = args.work / f"{name}-{cfg_hash}"
     corpus_hash = data_hash(corpus.path)
     fit, test = corpus.split("val"), corpus.split("test")
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it; 1 otherwise
-    lamb = resolved_lamb(cfg, world) if args.arm != "ntp" else None
-    eff = (effective_sigreg_weight(lamb, cfg.batch_size, cfg.n_views(), world)
-           if lamb is not None else None)
+    resolved = resolve(cfg, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun sets it
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
             "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,
             "data_hash": corpus_hash, "config_hash": cfg_hash,
-            "lamb_used": lamb, "effective_sigreg_weight": eff, **tracking.git_state(),
+            "lamb_used": resolved.lamb,
+            "effective_sigreg_weight": resolved.effective_sigreg_weight, **tracking.git_state(),
             **{f"env.{k}": v for k, v in env.items()}}
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
@@ -142,7 +137,8 @@ def main(argv: list[str]) -> int:
                                           "train_hash": params.section_hash(*TRAIN_SECTIONS),
                                           "data_hash": corpus_hash,
                                           "config_hash": cfg_hash,
-                                          "effective_sigreg_weight": eff,
+                                          "effective_sigreg_weight":
+                                              resolved.effective_sigreg_weight,
                                           "environment": env,
                                           **tracking.git_state()})
     shutil.rmtree(work, ignore_errors=True)

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, atomic_dir
-
-from .common import fail, preflight, stage_parser
 
 NOT_GENERATED = "NOT_GENERATED.txt"  # what the stage writes under another profile
 
@@ -23,9 +22,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder of the generated world")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness world --help` answers at once
+    from harness.config.validate import validate_params
     from prh.world import WorldConfig, write_world
-
-    from ..validate import validate_params
 
     try:
         params = preflight(args.params, args.inputs)

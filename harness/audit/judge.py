@@ -1,0 +1,94 @@
+"""The audit document: every claim through its rule, every arithmetic check, the summary
+counts (schema prh.audit/1)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from harness.audit.claims import (
+    Claim,
+    Registry,
+)
+from harness.audit.decide import at_chance
+from harness.audit.printed import check_derived
+from harness.audit.relations import RELATIONS, check_relation
+from harness.audit.rules import RULES, Context
+from harness.records.schemas import AUDIT
+from harness.records.verdicts import STATUSES, VERDICTS
+
+
+def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
+    """Every derived claim's formula, every relation, and the rerun's own per-seed recalls
+    (an R@k over n test pairs is a count out of n)."""
+    out = [check_derived(c, ctx.claims) for c in ctx.claims.values()
+           if c.formula and c.kind == "derived_arithmetic"]
+    out += [check_relation(r, ctx.claims) for r in ctx.relations]
+    return out + (_counts_in_results(ctx.results) if ctx.results else [])
+
+
+def _counts_in_results(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    n = int(results.get("n_test", 0))
+    out = []
+    for arm, block in sorted(results.get("arms", {}).items()):
+        for metric in ("r_at_1", "r_at_5"):
+            values = block.get("metrics", {}).get(metric, {}).get("values", {})
+            for seed, v in sorted(values.items()):
+                ok = n > 0 and abs(v * n - round(v * n)) < 1e-6
+                out.append({"id": f"results:{arm}-s{seed}:{metric}", "check": "count out of n",
+                            "value": v, "n": n, "status": "holds" if ok else "fails",
+                            "detail": f"{v} * {n} = {v * n:.6g}"})
+    return out
+
+
+
+
+def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
+    """What a verdict is evidence for, in words (the scope a reader may quote it with)."""
+    data = claim.setup.get("dataset", "the claim's setup")
+    if verdict.startswith("pattern"):
+        return (f"whether the pipeline shows the pattern on the {ctx.profile} profile; nothing "
+                f"about {data}")
+    if verdict.startswith("arithmetic"):
+        return "the internal consistency of the articles' printed numbers"
+    if verdict in ("not rerun", "not comparable"):
+        return f"nothing yet: the {ctx.profile} run does not measure this"
+    if verdict == "informational":
+        return "nothing judged: the run's own number shown beside the article's"
+    if claim.kind == "theory":
+        return "the theorem's numbers on the finite worlds this run draws"
+    seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")
+    return (f"the claim's number on {data}, from the {ctx.profile} run"
+            + (f" ({len(seeds)} seed(s))" if seeds else ""))
+
+
+def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> dict[str, int]:
+    """Every verdict and every check status, zeros included: `relation <status>` for the
+    relations across claims and `check <status>` for the other arithmetic checks."""
+    counts = Counter(r["verdict"] for r in claim_rows)
+    counts.update(("relation " if c["check"] in RELATIONS else "check ") + c["status"]
+                  for c in checks if c["check"] != "formula")
+    keys = [*VERDICTS, *(f"relation {s}" for s in STATUSES), *(f"check {s}" for s in STATUSES)]
+    return {k: counts.get(k, 0) for k in keys}
+
+
+def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, Any]:
+    """The audit document (prh.audit/1) without `inputs`. Given a Registry, its relations are
+    checked too."""
+    if isinstance(registry, Registry):
+        ctx = Context(registry.claims, ctx.profile, ctx.results, ctx.theory, registry.relations,
+                      ctx.margins)
+    rows = []
+    for c in ctx.claims.values():
+        v = RULES[c.rule](c, ctx)
+        rows.append({"id": c.id, "statement": c.statement, "kind": c.kind, "source": c.source,
+                     "where": c.where, "reported_by": c.reported_by, "section": c.section,
+                     "metric": c.metric, "setup": dict(c.setup), "printed": c.printed,
+                     "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
+                     "evidence_for": evidence_for(c, v.verdict, ctx), "registry_line": c.line,
+                     "evidence": dict(v.evidence)})
+    checks = arithmetic_checks(ctx)
+    return {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
+            "arithmetic": checks, "at_chance": at_chance(ctx.results),
+            "summary": summarize(rows, checks)}

@@ -1,0 +1,381 @@
+"""The claims audit: one verdict per registry claim, and one status per relation across claims,
+each with its evidence and what it is evidence for.
+
+Claim verdicts (`VERDICTS`); the rules live in one table, `RULES`, and claims name theirs in
+harness/audit/claims.yaml (`rule:`, defaulting by kind):
+
+| rule       | claim kinds       | verdict                                                         |
+|------------|-------------------|-----------------------------------------------------------------|
+| measured   | flickr_measurable | equivalence (TOST) within `audit.margin`: reproduced; claimed   |
+|            |                   | value outside the rerun's prediction interval: differs; an      |
+|            |                   | interval wider than the margin: inconclusive (underpowered)     |
+| ordering   | ordering          | paired gap a - b: its sign, and the printed gap by the same     |
+|            |                   | equivalence rule; "cannot be separated" holds when the interval |
+|            |                   | contains 0 and lies within the margin. On a profile whose data  |
+|            |                   | is not the claim's: pattern seen / not seen on another profile  |
+| arithmetic | derived_arithmetic| rounding-aware recomputation (statcheck): holds / holds within  |
+|            |                   | input rounding / fails                                          |
+| theory     | theory            | an identity of the theory (Theorem 1, error = 2r, the tie case, |
+|            |                   | the threshold rule) on runs/theory.json: reproduced means it    |
+|            |                   | holds on the finite worlds this run draws, differs that it fails|
+| theory_count | theory          | a count or ratio that depends on which worlds are drawn (545 /  |
+|            |                   | 255 points, the 18% ratio): informational, the rerun's own      |
+|            |                   | number beside the article's                                     |
+| not_rerun  | web_scale         | not rerun, with the reason (data, scale, compute)               |
+| metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
+
+The statistics: the rerun's seeds x test pairs estimate from results.json
+(harness.stats.estimators.two_level_mean / two_level_gap), on the test pairs the claim was measured on:
+the variance of the rerun's per-seed means plus the claim's own seed noise (`decide`);
+"reproduced" needs the claimed value inside that 90% interval and the interval inside
+[claim - margin, claim + margin] (two one-sided tests at 5%, Schuirmann 1987, J. Pharmacokinet.
+Biopharm. 15(6)), from 3 seeds; "differs" needs the claimed value outside its 95% interval.
+tests/test_verdict_simulation.py measures both error rates and the power. An arm whose
+interval reaches the chance level is flagged as at chance wherever its numbers appear; an
+ordering involving it is not evidence that the views matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.audit.claims import (
+    RULE_NAMES,
+    Claim,
+    Relation,
+    printed_interval,
+)
+from harness.audit.decide import ALPHA, at_chance, decide, estimate_of, seeds_estimate
+from harness.audit.printed import EPS, OPS, check_derived
+from harness.config.margins import DEFAULT_MARGINS
+from harness.records import names
+from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
+from harness.stats.estimators import TwoLevel
+
+RUNNABLE_SCALE = "flickr"  # the only claim scale a profile of this pipeline can rerun
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    reason: str
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules read: the registry (for formulas), the run's outputs (None if absent),
+    the relations across claims and the equivalence margins per metric."""
+
+    claims: Mapping[str, Claim]
+    profile: str
+    results: Mapping[str, Any] | None = None
+    theory: Mapping[str, Any] | None = None
+    relations: tuple[Relation, ...] = ()
+    margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+
+
+
+
+def _claim_seeds(claim: Claim) -> int:
+    return int(claim.setup.get("seeds") or claim.spread.n or 1)
+
+
+def _margin(claim: Claim, metric: str, ctx: Context) -> float | None:
+    return claim.margin or ctx.margins.get(metric)
+
+
+def _setup_mismatch(claim: Claim, ctx: Context) -> str:
+    """'' when the run's setup matches the claim's; else which field differs."""
+    assert ctx.results is not None
+    dataset = claim.setup.get("dataset")
+    if dataset and dataset != ctx.profile:
+        return (f"setup.dataset: claim {dataset}, run profile {ctx.profile}: the number is about "
+                f"{dataset}, the run is not")
+    n = claim.setup.get("n_test")
+    if n and int(n) != int(ctx.results.get("n_test", -1)):
+        return f"setup.n_test: claim {n}, run {ctx.results.get('n_test')}"
+    return ""
+
+
+def _other_k(metric: str, results: Mapping[str, Any]) -> str:
+    """'' unless `metric` is a mutual k-NN at another k than the rerun's; then what it is."""
+    k = names.knn_k(metric)
+    try:
+        run_k = names.results_k(results)
+    except ValueError:
+        return ""
+    if k is None or k == run_k:
+        return ""
+    return (f" (the rerun scores {names.mknn(run_k)}: eval.k is {run_k}, the claim's k is "
+            f"{k})")
+
+
+def _missing(what: str, fix: str) -> Verdict:
+    return Verdict("not rerun", not_rerun("compute", f"{what} absent; {fix}"), {})
+
+
+def _chance_flag(arms: Iterable[str], metric: str, ctx: Context) -> dict[str, Any]:
+    flagged = at_chance(ctx.results)
+    return {a: flagged[a][metric] for a in arms if metric in flagged.get(a, {})}
+
+
+def _with_chance(reason: str, flags: Mapping[str, Any]) -> str:
+    if not flags:
+        return reason
+    said = ", ".join(f"{a} at chance ({v['chance']:.4f} inside [{v['ci'][0]:.4f}, "
+                     f"{v['ci'][1]:.4f}])" for a, v in flags.items())
+    return f"{reason}; {said}"
+
+
+def _at_chance_verdict(what: str, flags: Mapping[str, Any], evidence: Mapping[str, Any]
+                       ) -> Verdict:
+    """An arm at chance is evidence of nothing: no verdict rests on it (DESIGN: audit/)."""
+    return Verdict("inconclusive", _with_chance(f"{what}: no verdict from an arm at chance",
+                                                flags), {**evidence, "at_chance": flags})
+
+
+
+def rule_measured(claim: Claim, ctx: Context) -> Verdict:
+    """A claimed value against the rerun's arm metric (equivalence within the margin), or,
+    with `setup.measure`, against the results.json entry it names under the arm (a dotted
+    path: `curve.epoch1.r_at_1`, `metrics.r_at_1_trainval`); an entry kept once per seed
+    (a curve point) is judged on `seeds_estimate`. A variant of the recipe with no `measure`
+    is not rerun."""
+    measure = claim.setup.get("measure")
+    if claim.setup.get("variant") and not measure:
+        return Verdict("not rerun", not_rerun("compute", f"a variant of the recipe "
+                       f"({claim.setup['variant']}); the pipeline runs the default recipe"), {})
+    if ctx.results is None:
+        return _missing("runs/results.json", "run `dvc repro aggregate`")
+    arm = claim.setup.get("arm", "")
+    flags = _chance_flag([arm], claim.metric, ctx)
+    mismatch = _setup_mismatch(claim, ctx)
+    if mismatch:
+        return Verdict("not comparable", _with_chance(mismatch, flags),
+                       {"profile": ctx.profile, "at_chance": flags})
+    where = measure or f"metrics.{claim.metric}"
+    m = lookup(ctx.results.get("arms", {}).get(arm, {}), where)
+    margin = _margin(claim, claim.metric, ctx)
+    per_seed = bool(measure) and isinstance(m, Mapping) and "ci" not in m and "values" in m
+    if not isinstance(m, Mapping) or ("ci" not in m and not per_seed):
+        return Verdict("not rerun", not_rerun("data", f"results.json has no {where} with an "
+                       f"interval {'or seed values ' if measure else ''}for arm {arm!r}"
+                       + _other_k(claim.metric, ctx.results)), {})
+    est = (seeds_estimate(m, int(ctx.results.get("n_test", 0)), claim.metric.startswith("r_at_"))
+           if per_seed else estimate_of(m))
+    shown = {"measure": where, "values": m.get("values"), "run": m.get("mean")}
+    if est is None:
+        return Verdict("inconclusive (underpowered)", f"{where}: {len(m['values'])} seed(s) "
+                       f"{m['values']} and no per-pair values: no interval", shown)
+    if flags:
+        return _at_chance_verdict(f"{arm} on {claim.metric}", flags, {"claim": claim.scalar()})
+    if margin is None:  # an epoch or a per-token loss: no difference is argued to matter
+        return Verdict("informational", f"no audit.margin for metric {claim.metric}: {where} = "
+                       f"{est.estimate:.4g} on the rerun beside the claim's {claim.printed}, "
+                       "not judged", shown if measure else {})
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    return Verdict(verdict, reason, {**evidence, "at_chance": {},
+                                     **({"measure": where} if measure else {})})
+
+
+def _find_gap(results: Mapping[str, Any], a: str, b: str, metric: str) -> dict[str, Any] | None:
+    """The results.json gap a - b on `metric` (a stored b - a is negated)."""
+    for g in results.get("gaps", []):
+        if g.get("metric") != metric:
+            continue
+        if (g.get("a"), g.get("b")) == (a, b):
+            return dict(g)
+        if (g.get("a"), g.get("b")) == (b, a):
+            lo, hi = g["ci"]
+            out = {**g, "a": a, "b": b, "diff": -g["diff"], "ci": [-hi, -lo]}
+            if g.get("two_level"):
+                tl = g["two_level"]
+                out["two_level"] = {**tl, "estimate": -tl["estimate"],
+                                    "ci": [-tl["ci"][1], -tl["ci"][0]]}
+            return out
+    return None
+
+
+def _scope(claim: Claim, est: TwoLevel, margin: float, ctx: Context) -> Verdict:
+    """An ordering on a profile whose data is not the claim's: whether the pattern shows,
+    never a reproduction."""
+    assert claim.check is not None
+    iv = est.population_interval(1 - ALPHA)  # a pattern is about the arms, not these pairs
+    what = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}, "
+            f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}] on the {ctx.profile} profile; the "
+            f"claim is about {claim.setup.get('dataset')}: this shows whether the pipeline sees "
+            "the pattern, not whether the claim's number holds")
+    if claim.check.type == "inseparable":
+        seen = iv.lo <= 0 <= iv.hi and iv.hi - iv.lo <= 2 * margin
+    else:
+        seen = iv.lo > 0
+    verdict = "pattern seen on another profile" if seen else "pattern not seen on another profile"
+    evidence = {"run": est.estimate, "ci": [iv.lo, iv.hi], "method": iv.method,
+                "profile": ctx.profile, "claim_dataset": claim.setup.get("dataset"),
+                "margin": margin, "at_chance": {}, "note": est.note()}
+    return Verdict(verdict, what, evidence)
+
+
+def _inseparable(claim: Claim, est: TwoLevel, margin: float) -> Verdict:
+    """"a and b cannot be separated": differs when the rerun's 95% interval of the gap (seeds
+    and test pairs) excludes 0; reproduced when its 90% interval lies within +- margin (two
+    one-sided tests of 0 at 5% each, on the rerun's own interval: the 0 is hypothesised, not
+    measured, so no claim noise is added) from 3 seeds; else inconclusive, underpowered when
+    that interval is wider than 2 * margin or training variance is not estimated."""
+    assert claim.check is not None
+    iv, tost = est.population_interval(1 - ALPHA), est.population_interval(1 - 2 * ALPHA)
+    shown = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}, "
+             f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}], {1 - 2 * ALPHA:.0%} "
+             f"[{tost.lo:+.4f}, {tost.hi:+.4f}] against +- margin {margin:g}; {iv.method}")
+    evidence = {"run": est.estimate, "ci": [iv.lo, iv.hi], "tost_interval": [tost.lo, tost.hi],
+                "margin": margin, "method": iv.method, "note": est.note(), "at_chance": {}}
+    if not iv.lo <= 0 <= iv.hi:
+        return Verdict("differs", f"the rerun separates them: {shown}", evidence)
+    within = -margin <= tost.lo and tost.hi <= margin
+    if within and est.training_variance:
+        return Verdict("reproduced", f"inseparable within the margin: {shown}", evidence)
+    if not est.training_variance or tost.hi - tost.lo > 2 * margin:
+        return Verdict("inconclusive (underpowered)", f"not separated, {shown}"
+                       + (f"; {est.note()}" if est.note() else ""), evidence)
+    return Verdict("inconclusive", f"not separated, but not within the margin: {shown}",
+                   evidence)
+
+
+def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
+    """Arm a against arm b: the sign of the paired gap, the printed gap by equivalence, or
+    "cannot be separated"; on another profile's data, whether the pattern shows."""
+    assert claim.check is not None, f"{claim.id}: ordering claims need check: {{a, b, key}}"
+    if claim.setup.get("scale") != RUNNABLE_SCALE:
+        return rule_not_rerun(claim, ctx)
+    if ctx.results is None:
+        return _missing("runs/results.json", "run `dvc repro aggregate`")
+    a, b, metric = claim.check.a, claim.check.b, claim.check.key
+    gap = _find_gap(ctx.results, a, b, metric)
+    if gap is None:
+        return Verdict("not rerun", not_rerun(
+            "data", f"results.json has no paired gap {a} - {b} on {metric}"
+            + _other_k(metric, ctx.results)), {})
+    margin = _margin(claim, metric, ctx)
+    if margin is None:
+        return Verdict("inconclusive", f"no audit.margin for metric {metric}", {})
+    est, flags = estimate_of(gap), _chance_flag([a, b], metric, ctx)
+    if flags:
+        return _at_chance_verdict(f"{a} - {b} on {metric} = {est.estimate:+.4f}", flags,
+                                  {"run": est.estimate, "profile": ctx.profile})
+    if claim.setup.get("dataset") != ctx.profile:
+        return _scope(claim, est, margin, ctx)
+    # the order of two arms is a claim about the arms, so its sign is read over test pairs as
+    # well as seeds; a printed gap is compared on the same test pairs (decide)
+    iv = est.population_interval(1 - ALPHA)
+    if claim.check.type == "inseparable":
+        return _inseparable(claim, est, margin)
+    if iv.hi < 0:
+        return Verdict("differs", f"{a} - {b} on {metric}: {1 - ALPHA:.0%} [{iv.lo:+.4f}, "
+                       f"{iv.hi:+.4f}] excludes 0 in the other direction",
+                       {"ci": [iv.lo, iv.hi], "at_chance": flags})
+    if claim.metric != "difference":  # the article prints no gap: the order alone
+        verdict = "reproduced" if iv.lo > 0 else "inconclusive"
+        return Verdict(verdict, f"order only (no gap printed): {a} - {b} on {metric}, "
+                       f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}]",
+                       {"ci": [iv.lo, iv.hi], "method": iv.method, "note": est.note()})
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    if verdict == "reproduced" and iv.lo <= 0:
+        verdict, reason = "inconclusive", f"the interval reaches 0: {reason}"
+    return Verdict(verdict, f"{a} - {b} on {metric}: {reason}", {**evidence, "at_chance": flags})
+
+
+def rule_arithmetic(claim: Claim, ctx: Context) -> Verdict:
+    """Rounding-aware recomputation from the registry's own numbers."""
+    rel = check_derived(claim, ctx.claims)
+    reason = (f"{claim.formula} = {rel['recomputed']:.6g} (range {rel['recomputed_range'][0]:.6g}"
+              f" to {rel['recomputed_range'][1]:.6g}); printed {claim.printed}: {rel['status']}")
+    return Verdict(f"arithmetic {rel['status']}", reason, rel)
+
+
+def lookup(doc: Mapping[str, Any], key: str) -> Any:
+    """A dotted key into nested JSON; through a list, the values of every element."""
+    cur: Any = doc
+    for part in key.split("."):
+        if isinstance(cur, list):
+            cur = [x.get(part) if isinstance(x, Mapping) else None for x in cur]
+        elif isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        else:
+            return None
+    return cur
+
+
+def rule_theory(claim: Claim, ctx: Context) -> Verdict:
+    """A runs/theory.json value (times `factor`) against the claim (any profile: no data
+    involved). With no explicit bound, `eq` means "rounds to the printed value"."""
+    check = claim.check
+    assert check is not None, f"{claim.id}: theory claims need check: {{key, op}}"
+    if ctx.theory is None:
+        return _missing("runs/theory.json", "run `harness theory`")
+    for key, want in check.requires.items():
+        got = lookup(ctx.theory, key)
+        if got != want:
+            return Verdict("not comparable", f"{key}: claim {want:g}, run {got}", {})
+    got = lookup(ctx.theory, check.key)
+    if got is None or got == []:
+        return Verdict("not rerun", not_rerun("data", f"runs/theory.json has no {check.key}"), {})
+    values = [float(v) * check.factor for v in (got if isinstance(got, list) else [got])]
+    if check.bound is None and check.op == "eq":
+        lo, hi = printed_interval(str(claim.printed))
+        ok = all(lo - EPS <= v < hi + EPS for v in values)
+        wanted = f"rounds to {claim.printed}"
+    else:
+        bound = claim.scalar() if check.bound is None else check.bound
+        ok = all(OPS[check.op](v, bound) for v in values)
+        wanted = f"{check.op} {bound:g}"
+    shown = values if len(values) > 1 else values[0]
+    evidence = {"key": check.key, "run": shown, "factor": check.factor, "wanted": wanted,
+                "claim": claim.scalar()}
+    return Verdict("reproduced" if ok else "differs",
+                   f"{check.key} x {check.factor:g} = {shown} ({wanted} required)", evidence)
+
+
+def rule_theory_count(claim: Claim, ctx: Context) -> Verdict:
+    """A runs/theory.json number that depends on the worlds drawn: shown beside the article's,
+    never judged (another draw of worlds gives another count; only the identities are
+    theorems)."""
+    assert claim.check is not None, f"{claim.id}: theory_count claims need check: {{key}}"
+    if ctx.theory is None:
+        return _missing("runs/theory.json", "run `harness theory`")
+    got = lookup(ctx.theory, claim.check.key)
+    if got is None or isinstance(got, list):
+        return Verdict("not rerun", not_rerun("data", f"runs/theory.json has no "
+                                              f"{claim.check.key}"), {})
+    run = float(got) * claim.check.factor
+    setting = {k: lookup(ctx.theory, k) for k in claim.check.requires}
+    same = all(setting[k] == v for k, v in claim.check.requires.items())
+    drawn = ", ".join(f"{k} = {v}" for k, v in setting.items())
+    return Verdict("informational", f"{claim.check.key} x {claim.check.factor:g} = {run:.6g} on "
+                   f"the worlds this run draws ({drawn}); the article's {claim.printed} comes "
+                   f"from its own draw{'' if same else ' of another setting'}: a count that "
+                   "depends on the draw, not a property of the theorem",
+                   {"key": claim.check.key, "run": run, "claim": claim.scalar(),
+                    "factor": claim.check.factor, "setting": setting, "same_setting": same})
+
+
+def rule_not_rerun(claim: Claim, ctx: Context) -> Verdict:
+    why = claim.why_not_rerun or "scale"
+    setup = ", ".join(f"{k}={v}" for k, v in claim.setup.items())
+    return Verdict("not rerun", not_rerun(why, WHY_NOT_RERUN[why])
+                   + (f" ({setup})" if setup else ""), {})
+
+
+def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
+    return Verdict("not rerun", not_rerun("metadata", "describes a setup or a count; nothing to "
+                                          "measure"), {})
+
+
+RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
+    "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
+    "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
+    "metadata": rule_metadata,
+}
+assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

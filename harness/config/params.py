@@ -1,0 +1,254 @@
+"""Load and validate `params.yaml` before anything runs.
+
+One loader turns the active profile's sections into the typed configs of `prh` (each rejects
+unknown keys and wrong types itself); this module adds the file name and the key path to any
+error, so a bad parameter stops the pipeline with one message that names the file, the key and
+the fix, before any training starts. It also computes the params hash every output carries and
+the provenance table the report prints (harness/config/provenance.yaml).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.margins import MarginError, default_margins, load_margins
+from prh.config import ARMS, dataclass_from_dict, did_you_mean
+from prh.io import ContractError, read_yaml
+
+TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depends on
+
+PROFILES = ("world", "flickr30k")
+SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination")
+TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES)  # every key params.yaml may hold
+AUDIT_KEYS = ("margin",)
+
+
+class ParamsError(ContractError):
+    """A parameter is missing, unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Scoring knobs: k of mutual k-NN, bootstrap level/resamples/seed, fit-size curve points,
+    permutations of the null that mutual k-NN and CKA are calibrated against (0: off)."""
+
+    k: int = 10
+    ci_level: float = 0.95
+    n_resamples: int = 10_000
+    bootstrap_seed: int = 0
+    fit_sizes: tuple[int, ...] = ()
+    n_permutations: int = 999
+    gallery_sizes: tuple[int, ...] = ()  # test photos per pool; the whole split is always scored
+    gallery_draws: int = 5               # random pools per size below the whole split
+    pairfree_pool: int = 0               # train photos per side of the pair-free pools (0: off)
+
+    def validate(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k = {self.k}: mutual k-NN needs k >= 1 (the paper: 10)")
+        if self.n_resamples < 1:
+            raise ValueError(f"n_resamples = {self.n_resamples}: use at least 1 (10000 default)")
+        if not 0 < self.ci_level < 1:
+            raise ValueError(f"ci_level = {self.ci_level}: a level is a fraction in (0, 1), "
+                             "e.g. 0.95 for 95%")
+        if any(n < 2 for n in self.fit_sizes):
+            raise ValueError(f"fit_sizes must be >= 2 pairs each, got {self.fit_sizes}")
+        if any(n < 2 for n in self.gallery_sizes) or self.gallery_draws < 1:
+            raise ValueError(f"gallery_sizes must be >= 2 photos each and gallery_draws >= 1, "
+                             f"got {self.gallery_sizes} and {self.gallery_draws}")
+        if self.pairfree_pool < 0:
+            raise ValueError(f"pairfree_pool = {self.pairfree_pool}: use 0 (off) or more photos")
+        if self.n_permutations != 0 and self.n_permutations < 19:  # prh.calibrate's minimum
+            raise ValueError(f"n_permutations = {self.n_permutations}: use 0 (off) or at least "
+                             "19, the fewest whose smallest p-value 1/(K+1) reaches .05")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """The probe stage's short trainings (harness.stages.probe): arms, seed, epochs, SIGReg
+    weights; all assumed by us, and the report prints them beside each panel. No arms: off."""
+
+    arms: tuple[str, ...] = ("good", "bad")
+    seed: int = 0
+    epochs: int = 5
+    lambdas: tuple[float, ...] = (0.005, 0.02, 0.08)
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs = {self.epochs}: train the probes for at least 1 epoch")
+        from prh.config import ARMS
+
+        if set(self.arms) - set(ARMS):
+            raise ValueError(f"arms = {list(self.arms)}: use arms from {list(ARMS)}")
+        if not self.lambdas or min(self.lambdas) < 0:
+            raise ValueError(f"lambdas = {list(self.lambdas)}: give one or more weights >= 0")
+
+
+@dataclass(frozen=True)
+class ContaminationConfig:
+    """The contamination stage's thresholds (harness.data.contamination.scan): an evaluation
+    caption sharing its first `prefix_chars` characters or an `ngram`-word n-gram with a
+    training caption is flagged (GPT-3's 13-gram overlap, Brown et al. 2020, App. C), and two
+    photos whose `hash_size`-squared-bit perceptual hashes differ in at most `max_distance`
+    bits are near duplicates (assumed by us)."""
+
+    prefix_chars: int = 40
+    ngram: int = 13
+    max_distance: int = 4
+    hash_size: int = 8
+
+    def validate(self) -> None:
+        if min(self.prefix_chars, self.ngram, self.hash_size) < 1 or self.max_distance < 0:
+            raise ValueError(f"prefix_chars, ngram, hash_size must be >= 1 and max_distance "
+                             f">= 0, got {self.prefix_chars}, {self.ngram}, {self.hash_size}, "
+                             f"{self.max_distance}")
+        if self.max_distance >= self.hash_size ** 2:
+            raise ValueError(f"max_distance = {self.max_distance}: every pair of "
+                             f"{self.hash_size ** 2}-bit hashes would be a duplicate")
+
+
+@dataclass(frozen=True)
+class TheoryConfig:
+    """The threshold grid (rerun article) and the Theorem 3 bound check (audit article)."""
+
+    n_worlds: int = 20
+    n_states: int = 30
+    k: int = 4
+    n_points: int = 800
+    bound_worlds: int = 300
+    seed: int = 0
+
+    def validate(self) -> None:
+        sizes = (self.n_worlds, self.n_states, self.k, self.n_points, self.bound_worlds)
+        if min(sizes) < 1 or self.k >= self.n_states:
+            raise ValueError("n_worlds, n_states, k, n_points, bound_worlds must be >= 1 and "
+                             f"k < n_states, got {sizes}")
+
+
+@dataclass(frozen=True)
+class Params:
+    """The validated contents of params.yaml for the active profile."""
+
+    path: Path
+    profile: str
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    sections: dict[str, dict[str, Any]]
+    margins: Mapping[str, float] = field(default_factory=default_margins)  # audit.margin
+
+    @property
+    def hash(self) -> str:
+        """Hash of everything a score depends on: the profile and its data, image, train and
+        eval sections. Arms, seeds and theory are left out, so adding a seed leaves the
+        existing runs valid."""
+        return self.section_hash("data", "image", "train", "eval")
+
+    def section_hash(self, *names: str) -> str:
+        """sha256 (first 16 hex) of the canonical JSON of the profile and the named sections."""
+        blob = json.dumps({"profile": self.profile, **{n: self.sections[n] for n in names}},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def config(self, cls: type, *keys: str, **extra: Any) -> Any:
+        """`cls` built strictly from the profile's section at `keys` (e.g. "train", or "data",
+        "world"), with `extra` keys set (a run's arm and seed); errors name the file and key."""
+        section: Any = self.sections
+        for i, key in enumerate(keys):
+            if not isinstance(section, dict) or not isinstance(section.get(key), dict):
+                where = ".".join((self.profile, *keys[:i + 1]))
+                raise ParamsError(f"{self.path}: {where} is missing; add it to {self.path.name}"
+                                  " (the repository's params.yaml shows every key)")
+            section = section[key]
+        return _build(cls, {**section, **extra}, self.path, ".".join((self.profile, *keys)))
+
+    def eval_config(self) -> EvalConfig:
+        return self.config(EvalConfig, "eval")
+
+    def theory_config(self) -> TheoryConfig:
+        return self.config(TheoryConfig, "theory")
+
+    def contamination_config(self) -> ContaminationConfig:
+        return self.config(ContaminationConfig, "contamination")
+
+
+def _unknown(keys: Any, known: Sequence[str], where: str, path: Path) -> None:
+    """ParamsError for the first key of `keys` not in `known`, with the closest known one."""
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise ParamsError(f"{path}: {where}unknown key {unknown[0]!r}"
+                          f"{did_you_mean(unknown[0], known)}; valid: {list(known)}")
+
+
+def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
+    """cls.from_dict(section) when it has one, else the strict shared loader; errors name the
+    file and the key."""
+    try:
+        if hasattr(cls, "from_dict"):
+            return cls.from_dict(section)
+        cfg = dataclass_from_dict(cls, section, where)
+        cfg.validate()
+        return cfg
+    except (ValueError, TypeError) as e:
+        raise ParamsError(f"{path}: {where}: {e}; fix the value in {path.name}") from e
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
+    each stage builds (and so validates) the configs it reads, and `harness.config.validate` builds
+    them all before the pipeline runs."""
+    path = Path(path)
+    try:
+        raw = read_yaml(path, "run from the repository root or pass --params")
+    except ContractError as e:
+        raise ParamsError(str(e)) from e
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: expected a mapping at the top level")
+    _unknown(raw, TOP_LEVEL, "", path)
+    profile = raw.get("profile")
+    if profile not in PROFILES:
+        raise ParamsError(f"{path}: profile: unknown profile {profile!r}; choose one of "
+                          f"{list(PROFILES)} (e.g. `dvc exp run -S profile=world`)")
+    arms = raw.get("arms")
+    if not isinstance(arms, list) or not arms or any(a not in ARMS for a in arms) \
+            or len(set(arms)) != len(arms):
+        raise ParamsError(f"{path}: arms: expected a non-empty list of distinct arms from "
+                          f"{list(ARMS)}, got {arms!r}")
+    seeds = raw.get("seeds")
+    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ParamsError(f"{path}: seeds: expected a non-empty list of distinct integers >= 0, "
+                          f"got {seeds!r}")
+    block = raw.get(profile)
+    if not isinstance(block, dict):
+        raise ParamsError(f"{path}: {profile}: the profile's section is missing")
+    missing = [s for s in SECTIONS if not isinstance(block.get(s), dict)]
+    if missing:
+        raise ParamsError(f"{path}: {profile}: missing section(s) {missing}")
+    _unknown(block, SECTIONS, f"{profile}: ", path)
+    audit = raw.get("audit") or {}
+    if not isinstance(audit, dict):
+        raise ParamsError(f"{path}: audit: expected a mapping with {list(AUDIT_KEYS)}")
+    _unknown(audit, AUDIT_KEYS, "audit: ", path)
+    k = _build(EvalConfig, block["eval"], path, f"{profile}.eval").k
+    try:
+        margins = load_margins(audit.get("margin"), f"{path}: audit.margin", k)
+    except MarginError as e:
+        raise ParamsError(str(e)) from e
+    return Params(path, profile, tuple(arms), tuple(seeds), {s: block[s] for s in SECTIONS},
+                  margins)
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; dataclasses are flattened through asdict."""
+    if is_dataclass(obj):
+        obj = asdict(obj)
+    if not isinstance(obj, dict):
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

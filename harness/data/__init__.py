@@ -1,0 +1,2 @@
+"""Checks on the data sets themselves: evaluation captions and images found in training
+(contamination)."""

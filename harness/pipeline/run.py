@@ -1,0 +1,66 @@
+"""The main job: validate params.yaml and the profile's inputs, then `dvc repro` the whole
+pipeline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.config.params import load_params
+from harness.stages.common import fail, preflight, stage_parser
+from prh.io import ContractError, read_json
+
+PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
+AUDIT_OUT = Path("reports/audit.json")  # the audit stage's output in dvc.yaml
+
+
+def main(argv: list[str]) -> int:
+    """Validate params.yaml and the profile's inputs, then run every stage of dvc.yaml that
+    is not up to date."""
+    parser = stage_parser("run", main.__doc__)
+    parser.add_argument("dvc_args", nargs="*",
+                        help="extra arguments for `dvc repro` (after --, e.g. -- --dry)")
+    parser.add_argument("--fail-on", default="", help="exit 1 when the audit finds one of "
+                        "these (as `harness audit --fail-on`), for CI gates")
+    parser.add_argument("--check", action="store_true",
+                        help="validate params.yaml and the inputs, list the stages `dvc status` "
+                             "finds stale, run nothing (`-- --dry` fails on a fresh clone: "
+                             "DVC issue #9021)")
+    args = parser.parse_args(argv)
+    # imported after parsing, so `harness run --help` answers at once
+    from harness.audit.gate import gate, parse_fail_on
+    from harness.config.validate import seed_warnings, validate_params
+
+    try:
+        fail_on = parse_fail_on(args.fail_on)
+        profile = load_params(args.params).profile
+        params = preflight(args.params, Path(PROFILE_RAW.format(profile=profile)))
+        validate_params(params)
+    except ContractError as e:
+        return fail(e)
+    for line in seed_warnings(params):
+        print(f"run: warning: {line}", file=sys.stderr)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    if args.check:
+        print(f"run: {args.params} (profile {params.profile}) and its inputs are valid; "
+              "`dvc status` names the stages `harness run` would run:", flush=True)
+        return subprocess.run(["dvc", "status"], env=env).returncode if Path(".dvc").exists() \
+            else 0
+    if not Path(".dvc").exists():
+        subprocess.run(["dvc", "init", "-q"] + ([] if Path(".git").exists() else ["--no-scm"]),
+                       check=True)
+    code = subprocess.run(["dvc", "repro", *args.dvc_args], env=env).returncode
+    if code == 0 and "--dry" not in args.dvc_args:
+        from harness.tracking.mlflow_runs import ui_url
+
+        print(f"\nprofile {params.profile}: reports/audit.html and reports/audit.pdf are ready; "
+              "`mlflow ui --backend-store-uri sqlite:///mlflow.db` serves the training runs at "
+              f"{ui_url() or 'http://127.0.0.1:5000'}")
+    if code == 0 and fail_on:
+        tripped = gate(read_json(AUDIT_OUT), fail_on)
+        if tripped:
+            print(f"run: --fail-on {','.join(tripped)} tripped ({AUDIT_OUT})", file=sys.stderr)
+            return 1
+    return code

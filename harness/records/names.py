@@ -1,0 +1,73 @@
+"""The names a score travels under, from prh to the report, derived once from the config.
+
+An outcome is a per-test-pair vector in the per-query file (`r_at_1_hit`: 1 when the pair's
+caption is retrieved first; `mknn10`: the pair's mutual k-NN overlap); its metric is the mean
+(`r_at_1`, `mknn10`). The mutual k-NN name carries k (prh.config.mknn_name), so `eval.k: 5`
+gives `mknn5` everywhere. The paper and platonic-rep use k = 10 (`PAPER_K`): the registry's
+claims are about `mknn10`, and a rerun at another k does not measure them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prh.config import mknn_name
+
+HIT = "_hit"  # an outcome that is a hit (0/1 per pair) ends in it; its metric does not
+PAPER_K = 10  # the paper's mutual k-NN (Huh et al. 2024's k = 10)
+_MKNN = re.compile(r"^mknn(\d+)$")
+CONTROLS = ("control_random_map_r_at_1", "control_shuffled_r_at_1", "chance_r_at_1")
+
+
+def mknn(k: int) -> str:
+    """The mutual k-NN metric (and outcome) name at k: `mknn10`."""
+    return mknn_name(k)
+
+
+def knn_k(metric: str) -> int | None:
+    """k of a mutual k-NN metric name (`mknn10` -> 10), None for any other metric."""
+    m = _MKNN.match(metric)
+    return int(m[1]) if m else None
+
+
+def chance(metric: str) -> str:
+    """The control holding `metric`'s chance level: `chance_r_at_1`, `chance_mknn10`."""
+    return f"chance_{metric}"
+
+
+def metric_of(outcome: str) -> str:
+    """The metric an outcome averages to: `r_at_1_hit` -> `r_at_1`, `mknn10` -> `mknn10`."""
+    return outcome.removesuffix(HIT)
+
+
+def outcome_of(metric: str, outcomes: Iterable[str]) -> str | None:
+    """The outcome among `outcomes` whose mean is `metric`, None when there is none."""
+    return next((o for o in outcomes if metric_of(o) == metric), None)
+
+
+def headline(k: int) -> tuple[str, ...]:
+    """The two metrics every section leads with: R@1 and the mutual k-NN."""
+    return ("r_at_1", mknn(k))
+
+
+def arm_metrics(k: int) -> tuple[str, ...]:
+    """An arm's seed-mean metrics in DVC's flat views."""
+    return ("r_at_1", "r_at_5", mknn(k))
+
+
+def k_in(metrics: Iterable[str]) -> int:
+    """The k of the one mutual k-NN metric among `metrics` (a results.json arm's or a run
+    file's keys); ValueError when there is none or more than one."""
+    ks = {k for k in map(knn_k, metrics) if k is not None}
+    if len(ks) != 1:
+        raise ValueError(f"expected one mutual k-NN metric, found k = {sorted(ks)}")
+    return ks.pop()
+
+
+def results_k(results: Mapping[str, Any]) -> int:
+    """The k a results.json (or a run file's `metrics`) was scored at, from its metric names."""
+    arms = results.get("arms")
+    if arms:
+        return k_in(next(iter(arms.values())).get("metrics", {}))
+    return k_in(results.get("metrics", {}))

@@ -1,0 +1,32 @@
+"""The per-run files of the arm x seed matrix: their names (`ARM-sSEED`) and the one reader of
+an align stage's `ARM-sSEED.json` (harness.records.schemas.RUN, prh.metrics/1), shared by
+aggregate, report and diff whatever the bytes come from (disk or a git revision)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from harness.records.schemas import RUN
+from prh.io import ContractError
+
+RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json$")
+
+
+def run_name(arm: str, seed: int) -> str:
+    """The name of one run of the matrix: its text folder, align files and DVC stage item."""
+    return f"{arm}-s{seed}"
+
+
+def check_run_file(name: str, data: Any, where: str) -> dict[str, Any]:
+    """`data` read from the run file `name` (shown as `where`), checked: the schema, and the
+    arm and seed its `run` record names against the file name. Raises ContractError."""
+    m = RUN_FILE.match(name)
+    if m is None:
+        raise ContractError(f"{where}: not a run file name (ARM-sSEED.json)")
+    RUN.check(data, where, f"align@{m['arm']}-{m['seed']}")
+    run = data.get("run", {})
+    if run.get("arm") != m["arm"] or str(run.get("seed")) != m["seed"]:
+        raise ContractError(f"{where}: its 'run' record says arm {run.get('arm')!r} seed "
+                            f"{run.get('seed')!r}, the file name says otherwise")
+    return data

@@ -1,0 +1,378 @@
+"""MLflow tracking: one run per (arm, seed) with every parameter, per-epoch metrics and tags
+for the git commit, dirty flag, DVC stage, params hash, data hash and environment.
+
+Backend: `MLFLOW_TRACKING_URI` when set (e.g. a shared server on PostgreSQL), else a SQLite
+file `mlflow.db` at the repository root with artifacts in `mlruns/` beside it (MLflow's file
+store is deprecated: from MLflow 3.13 `file:` tracking raises unless MLFLOW_ALLOW_FILE_STORE=true).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.records.runfile import run_name
+from prh.io import ContractError
+
+EXPERIMENT = "prh-rerun"
+# MLflow 3's UI opens GenAI views for an experiment it cannot classify; this tag (the UI's
+# ExperimentKind for classic training) makes it show the experiment's training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def repo_root() -> Path:
+    """The git work tree containing the current directory (or the current directory)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, check=True)
+        return Path(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return Path.cwd()
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirty flag. Dirty means a tracked file differs from the commit, ignoring
+    dvc.lock, which `dvc repro` itself rewrites while the pipeline runs."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": "unknown (not a git checkout)", "git_dirty": True}
+    changed = [line[3:] for line in status.splitlines() if line[3:].strip() != "dvc.lock"]
+    return {"git_commit": commit, "git_dirty": bool(changed)}
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
+
+
+@contextlib.contextmanager
+def _first_use_lock() -> Iterator[None]:
+    """On the SQLite default, one process at a time creates the database and the experiment:
+    runs started together on a fresh mlflow.db otherwise race through MLflow's schema
+    migrations ("table ... already exists") and all fail. The lock is flock on the database
+    file itself, which SQLite's own (fcntl) locks ignore."""
+    import fcntl
+
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _experiment_id(mlflow: Any) -> str:
+    found = mlflow.get_experiment_by_name(EXPERIMENT)
+    if found is not None:
+        for key, value in EXPERIMENT_KIND.items():
+            if found.tags.get(key) != value:
+                mlflow.MlflowClient().set_experiment_tag(found.experiment_id, key, value)
+        return found.experiment_id
+    location = None  # a server keeps its own (mlflow-artifacts:)
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):  # beside the database, which several workspaces may share
+        location = (Path(uri.removeprefix("sqlite:///")).parent / "mlruns").as_uri()
+    try:
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=location,
+                                        tags=EXPERIMENT_KIND)
+    except mlflow.exceptions.MlflowException as e:  # a run started together created it first
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
+
+
+def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
+    """The `mlflow ui` page of this project's training runs (None before the first run)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    found = mlflow.get_experiment_by_name(EXPERIMENT)
+    return None if found is None else f"{host}/#/experiments/{found.experiment_id}"
+
+
+# While a run is live, a call to the server gives up after one try and 10 s, so an outage costs
+# seconds per epoch, not MLflow's default 7 retries with growing back-off per call.
+QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_pending: list[tuple[dict[str, float], int]] = []  # epochs the server has not taken yet
+_unsent: list[str] = []  # artifacts the server did not take
+
+
+@contextlib.contextmanager
+def _quick_calls() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in QUICK}
+    os.environ.update(QUICK)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_server(uri: str | None = None) -> None:
+    """Refuse to start when an http(s) tracking server does not answer its /health page within
+    10 s: a clear error before any training, not after an hour of it."""
+    import urllib.request
+
+    uri = uri or tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10) as answer:
+            answer.read()
+    except OSError as e:
+        raise ContractError(
+            f"MLflow tracking server {uri} (MLFLOW_TRACKING_URI) does not answer: {e}; start "
+            "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db in the repository") from e
+
+
+@contextlib.contextmanager
+def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iterator[Any]:
+    """Start an MLflow run named `name`, log flattened `params` and `tags`; the run ends
+    FINISHED when the block succeeds and FAILED when it raises. Metrics the server missed
+    (log_epoch buffers them) are sent at the end; what still cannot be sent is named on stderr
+    and in the run's `lost` tag, and the run ends FAILED."""
+    import logging
+
+    import mlflow
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    mlflow.set_tracking_uri(tracking_uri())
+    _pending.clear()
+    _unsent.clear()
+    with _first_use_lock():
+        experiment_id = _experiment_id(mlflow)
+    # system/* metrics (CPU, memory, disk, network; GPU where nvidia-ml-py is installed)
+    # sampled every 10 s by MLflow's monitor thread while the run lives
+    run = mlflow.start_run(run_name=name, experiment_id=experiment_id, log_system_metrics=True)
+    status = "FAILED"
+    try:
+        for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params
+            chunk = dict(list(params.items())[start:start + 100])
+            mlflow.log_params({k: str(v)[:6000] for k, v in chunk.items()})
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        yield run
+        status = "FINISHED"
+    finally:
+        _send_pending()
+        lost = lost_items()
+        if lost:
+            status = "FAILED"
+            print(f"warning: MLflow server {tracking_uri()} did not take {lost} of run "
+                  f"{run.info.run_id}; they are in the run's output folder", file=sys.stderr)
+        with _quick_calls():
+            if lost:
+                with contextlib.suppress(Exception):  # named on stderr already
+                    mlflow.set_tag("lost", lost[:5000])
+            try:
+                mlflow.end_run(status)
+            except Exception:  # the server is gone (end_run has left the run already)
+                print(f"warning: could not mark MLflow run {run.info.run_id} {status}; it "
+                      "stays RUNNING on the server", file=sys.stderr)
+
+
+def lost_items() -> str:
+    """What the server has not taken: the epochs and names of buffered metrics, the unsent
+    artifacts (empty when everything arrived)."""
+    parts = []
+    if _pending:
+        names = sorted({k for metrics, _ in _pending for k in metrics})
+        parts.append(f"metrics {', '.join(names)} of epoch(s) "
+                     f"{', '.join(str(epoch) for _, epoch in _pending)}")
+    if _unsent:
+        parts.append(f"artifact(s) {', '.join(_unsent)}")
+    return "; ".join(parts)
+
+
+def log_artifacts(paths: list[Path], run_id: str | None = None) -> None:
+    """Files as MLflow artifacts of run `run_id`, by default of the active run (its resolved
+    config, its curves). A file the store does not take stops nothing: it is named in the
+    active run's `lost` list, or on stderr for another run."""
+    import mlflow
+
+    unsent = []
+    for path in paths:
+        try:
+            with _quick_calls():
+                if run_id is None:
+                    mlflow.log_artifact(str(path))
+                else:
+                    mlflow.MlflowClient(tracking_uri()).log_artifact(run_id, str(path))
+        except Exception:  # MLflow raises its own, requests' or the store's errors
+            unsent.append(str(path))
+    if run_id is None:
+        _unsent.extend(Path(u).name for u in unsent)
+    elif unsent:
+        print(f"warning: MLflow {tracking_uri()} did not take {', '.join(unsent)} as "
+              f"artifacts of run {run_id}", file=sys.stderr)
+
+
+def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
+              pair_free: dict[str, Any]) -> None:
+    """The final scores and their interval ends as `final.*` metrics of the training run, each
+    calibrated metric's fields as `final.calibrated.METRIC.FIELD` and the pair-free scores as
+    `final.pair_free.FIELD`."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri())
+    for key, m in metrics.items():
+        client.log_metric(run_id, f"final.{key}", m["value"])
+        if "ci" in m:
+            client.log_metric(run_id, f"final.{key}.ci_lo", m["ci"][0])
+            client.log_metric(run_id, f"final.{key}.ci_hi", m["ci"][1])
+    for key, fields in calibrated.items():
+        for field, value in fields.items():
+            client.log_metric(run_id, f"final.calibrated.{key}.{field}", value)
+    for field, value in pair_free.items():
+        if isinstance(value, int | float):
+            client.log_metric(run_id, f"final.pair_free.{field}", value)
+
+
+def _send_pending() -> None:
+    """Send the buffered epochs in order; stop at the first the server does not take."""
+    import mlflow
+
+    with _quick_calls():
+        while _pending:
+            metrics, epoch = _pending[0]
+            try:
+                mlflow.log_metrics(metrics, step=epoch)
+            except Exception:  # MLflow raises its own, requests' or the store's errors
+                return
+            _pending.pop(0)
+
+
+def log_epoch(metrics: dict[str, float], epoch: int) -> None:
+    """Per-epoch metrics of the active run (finite numbers only). When the server does not take
+    them, training goes on: they are buffered and sent with the next epoch or at the run's end."""
+    import math
+
+    clean = {k: float(v) for k, v in metrics.items()
+             if isinstance(v, int | float) and math.isfinite(float(v))}
+    if clean:
+        _pending.append((clean, epoch))
+        _send_pending()
+        if _pending:
+            print(f"warning: MLflow server {tracking_uri()} unreachable at epoch {epoch}; "
+                  f"{len(_pending)} epoch(s) of metrics buffered", file=sys.stderr)
+
+
+ROLE = "prh.role"  # tag of the runs log_results makes: "pipeline" or "arm"
+PARENT = "mlflow.parentRunId"  # the tag MLflow's UI nests runs by
+
+
+def _scores(prefix: str, entry: Mapping[str, Any]) -> dict[str, float]:
+    """One entry of results.json (an arm's metric or a gap between arms) as flat metrics under
+    `prefix`: its seed mean or gap, seed std, and the ends of its interval over test pairs
+    (`ci_lo`, `ci_hi`) and of its seeds-on-these-test-pairs interval (`two_level_lo`,
+    `two_level_hi`: harness.stats.estimators.TwoLevel.interval; over test pairs only below 3 seeds)."""
+    out = {f"{prefix}.{k}": float(entry[k]) for k in ("mean", "std", "diff")
+           if entry.get(k) is not None}
+    for label, ci in (("ci", entry.get("ci")), ("two_level", entry.get("two_level", {}).get("ci"))):
+        if ci is not None:
+            out[f"{prefix}.{label}_lo"], out[f"{prefix}.{label}_hi"] = float(ci[0]), float(ci[1])
+    return out
+
+
+def _find_or_create(client: Any, experiment_id: str, key: dict[str, str], name: str) -> str:
+    """The id of the run tagged with every item of `key` (created when there is none), named
+    `name`: a re-run finds the same run."""
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in key.items())
+    found = client.search_runs([experiment_id], query, max_results=1)
+    if not found:
+        return client.create_run(experiment_id, tags=key, run_name=name).info.run_id
+    client.update_run(found[0].info.run_id, name=name)
+    return found[0].info.run_id
+
+
+def _nest(client: Any, experiment_id: str, parent: str, children: list[str]) -> list[str]:
+    """Make `children` exactly the runs nested under `parent` (runs nested there before but
+    not listed are un-nested: a retrained seed replaces its old run); returns the children
+    the store does not hold."""
+    from mlflow.exceptions import MlflowException
+
+    missing = []
+    for child in children:
+        try:
+            client.set_tag(child, PARENT, parent)
+        except MlflowException as e:  # not in this store, or deleted there
+            if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            missing.append(child)
+    for run in client.search_runs([experiment_id], f"tags.`{PARENT}` = '{parent}'"):
+        if run.info.run_id not in children:
+            client.delete_tag(run.info.run_id, PARENT)
+    return missing
+
+
+def _log_scores(client: Any, run_id: str, scores: dict[str, float]) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in scores.items()])
+    client.set_terminated(run_id, "FINISHED")
+
+
+def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], str | None], *,
+                profile: str, params_hash: str, data_hash: str) -> str | None:
+    """MLflow's view of results.json (harness.records.results.aggregate_runs' `stats`): one run per
+    (profile, params hash) with the gaps between arms, parent of one run per arm with each
+    metric's seed mean, std and interval ends, parent in turn of that arm's seed runs
+    (`seed_runs[arm, seed]`, the run files' `mlflow_run_id`). A re-run finds the same runs
+    by their tags and updates them. Returns the top run's id; None, with a warning, when the
+    store does not answer (results.json does not depend on it)."""
+    import mlflow
+
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    key = {ROLE: "pipeline", "profile": profile, "params_hash": params_hash}
+    try:
+        with _quick_calls():
+            with _first_use_lock():
+                experiment_id = _experiment_id(mlflow)
+            top = _find_or_create(client, experiment_id, key, f"{profile} results")
+            missing, arm_runs = [], []
+            for arm, block in stats["arms"].items():
+                seeds = block["seeds"]
+                run_id = _find_or_create(client, experiment_id, {**key, ROLE: "arm", "arm": arm},
+                                         f"{arm} (seeds {','.join(map(str, seeds))})")
+                client.set_tag(run_id, "seeds", ",".join(map(str, seeds)))
+                client.set_tag(run_id, "data_hash", data_hash)
+                ids = {s: seed_runs.get((arm, s)) for s in seeds}
+                lost = _nest(client, experiment_id, run_id, [i for i in ids.values() if i])
+                missing += [run_name(arm, s) for s, i in ids.items() if not i or i in lost]
+                _log_scores(client, run_id, {k: v for m, entry in block["metrics"].items()
+                                             for k, v in _scores(m, entry).items()})
+                arm_runs.append(run_id)
+            _nest(client, experiment_id, top, arm_runs)
+            client.set_tag(top, "data_hash", data_hash)
+            _log_scores(client, top, {k: v for g in stats["gaps"] for k, v in
+                                      _scores(f"{g['a']}-{g['b']}.{g['metric']}", g).items()})
+    except Exception as e:  # MLflow raises its own, requests' or the store's errors
+        print(f"warning: MLflow {uri} did not take the runs of results.json ({e}); "
+              "results.json is written all the same", file=sys.stderr)
+        return None
+    if missing:
+        print(f"warning: the MLflow runs of {', '.join(missing)} are not in {uri}, so their "
+              "arm's run holds their numbers without nesting them", file=sys.stderr)
+    return top

@@ -1,0 +1,147 @@
+"""The hand-offs between stages have one home (harness.records, harness.config): names derived
+from eval.k, schemas with versions, the per-query file's writer and reader, params.yaml checked
+once with suggestions, and a training run's derived values resolved once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from harness.config.margins import MarginError, load_margins
+from harness.config.params import ParamsError, load_params
+from harness.config.validate import validate_params
+from harness.records import names, verdicts
+from harness.records.flat import aggregate_metrics, run_metrics
+from harness.records.perquery import read_per_query, write_per_query
+from harness.records.results import aggregate_runs
+from harness.records.schemas import RESULTS, RUN
+from harness.report import summary
+from prh.align import score_alignment
+from prh.io import ContractError
+from prh.train_config import TrainConfig, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pairs(rng: np.random.Generator, n: int, d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    img = rng.normal(size=(n, d))
+    return img, img @ np.linalg.qr(rng.normal(size=(d, d)))[0] + 0.3 * rng.normal(size=(n, d))
+
+
+@pytest.mark.parametrize("k", [5, 10])
+def test_eval_k_names_every_mutual_knn_key_from_prh_to_the_flat_views(k):
+    rng = np.random.default_rng(0)
+    fit, test = pairs(rng, 60), pairs(rng, 40)
+    scores = score_alignment(*fit, *test, k=k)
+    assert names.mknn(k) in scores.metrics and names.mknn(k) in scores.per_query
+    assert names.chance(names.mknn(k)) in scores.metrics
+    assert not any(names.knn_k(m) not in (None, k) for m in scores.metrics)
+    metrics = {names.metric_of(o): {"value": float(v.mean())} for o, v in scores.per_query.items()}
+    assert names.mknn(k) in run_metrics(metrics, k)
+    per_query = {(arm, s): scores.per_query for arm in ("good", "bad") for s in (0, 1)}
+    run = {key: {m: {"value": v} for m, v in scores.metrics.items()} for key in per_query}
+    stats = aggregate_runs(per_query, run, ["good", "bad"], [0, 1], k=k, level=0.9,
+                           n_resamples=50, seed=0)
+    arm = stats["arms"]["good"]
+    assert names.mknn(k) in arm["metrics"] and names.chance(names.mknn(k)) in arm["controls"]
+    assert names.results_k(stats) == k
+    assert {g["metric"] for g in stats["gaps"]} >= {"r_at_1", names.mknn(k)}
+    assert names.mknn(k) in aggregate_metrics(stats, k)["good"]
+
+
+def test_outcome_and_metric_names_round_trip():
+    assert names.metric_of("r_at_1_hit") == "r_at_1" and names.metric_of("mknn10") == "mknn10"
+    assert names.outcome_of("r_at_5", ["r_at_1_hit", "r_at_5_hit"]) == "r_at_5_hit"
+    assert names.outcome_of("cka_linear", ["r_at_1_hit"]) is None
+    assert names.knn_k("mknn10") == 10 and names.knn_k("mknn10_captions") is None
+    with pytest.raises(ValueError, match="one mutual k-NN"):
+        names.k_in(["mknn5", "mknn10"])
+
+
+def test_per_query_round_trip_and_refusals(tmp_path):
+    ids = np.array(["a", "b", "c"])
+    out = {"r_at_1_hit": np.array([1, 0, 1]), "mknn10": np.array([0.1, 0.2, 0.3])}
+    path = tmp_path / "good-s0.npz"
+    write_per_query(path, ids, out)
+    got_ids, got = read_per_query(path)
+    assert list(got_ids) == list(ids) and set(got) == set(out)
+    assert got["r_at_1_hit"].dtype == np.float64 and got["mknn10"][2] == 0.3
+    assert read_per_query(path.read_bytes(), "rev:HEAD good-s0.npz")[1].keys() == got.keys()
+    np.savez(path, ids=ids, **out)  # an older file, without its schema
+    with pytest.raises(ContractError, match=r"good-s0.npz: schema 'none'.*dvc repro align@good-0"):
+        read_per_query(path)
+    np.savez(path, schema=np.array("prh.per_query/2"), ids=ids, **out)
+    with pytest.raises(ContractError,
+                       match="version 2 of prh.per_query, this code reads version 1"):
+        read_per_query(path)
+    path.write_bytes(path.read_bytes()[:40])  # truncated
+    with pytest.raises(ContractError, match="unreadable per-query file"):
+        read_per_query(path)
+    with pytest.raises(ValueError, match="reserved"):
+        write_per_query(path, ids, {"ids": ids})
+
+
+def test_a_schema_of_another_version_names_the_stage_to_rerun():
+    assert RESULTS.check({"schema": "prh.results/1", "x": 1}, "r.json")["x"] == 1
+    with pytest.raises(ContractError, match=r"r.json: version 0 of prh.results.*dvc repro "
+                                            r"aggregate"):
+        RESULTS.check({"schema": "prh.results/0"}, "r.json")
+    with pytest.raises(ContractError, match=r"schema 'prh.audit/1', expected 'prh.metrics/1'"):
+        RUN.check({"schema": "prh.audit/1"}, "good-s0.json")
+
+
+def write_params(tmp_path: Path, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda r: r.update(seed=[0]), r"unknown key 'seed' \(did you mean 'seeds'\?\)"),
+    (lambda r: r.update(audti={}), r"unknown key 'audti' \(did you mean 'audit'\?\)"),
+    (lambda r: r["world"].update(evl={}), r"world: unknown key 'evl' \(did you mean 'eval'\?\)"),
+    (lambda r: r["audit"].update(margins={}), r"audit: unknown key 'margins' \(did you mean "
+                                              r"'margin'\?\)"),
+    (lambda r: r["world"]["train"].update(lamda=0.1), r"unknown key\(s\) \['lamda'\] \(did you "
+                                                      r"mean 'lamb'\?\)"),
+    (lambda r: r["audit"]["margin"].update(r_at_1=-0.01), "margin -0.01 must be a number"),
+    (lambda r: r["audit"]["margin"].update(mknn5=0.01), "eval.k is 10, so the mutual k-NN is "
+                                                         "mknn10; name its margin `mknn`"),
+    (lambda r: r["world"]["contamination"].update(ngram=0), "ngram, hash_size must be >= 1"),
+])
+def test_params_are_refused_when_read_with_a_suggestion(tmp_path, edit, needle):
+    path = write_params(tmp_path, edit)
+    with pytest.raises(ParamsError, match=needle):  # what `harness run --check` runs
+        validate_params(load_params(path))
+
+
+def test_margins_follow_eval_k():
+    assert load_margins({"mknn": 0.02}, k=5)["mknn5"] == 0.02
+    assert load_margins({"mknn5": 0.03}, k=5)["mknn5"] == 0.03
+    assert "mknn10" not in load_margins(None, k=5)
+    with pytest.raises(MarginError, match="name its margin `mknn`"):
+        load_margins({"mknn10": 0.01}, k=5)
+    shipped = load_params(ROOT / "params.yaml")  # `mknn` at the shipped k = 10
+    assert shipped.margins["mknn10"] == 0.01
+
+
+def test_next_token_has_no_sigreg_weight_anywhere():
+    ntp = resolve(TrainConfig(arm="ntp"), world_size=1)
+    assert ntp.lamb is None and ntp.effective_sigreg_weight is None
+    good = resolve(TrainConfig(arm="good"), world_size=2)
+    assert good.lamb == TrainConfig().lamb and good.effective_sigreg_weight > 0
+
+
+def test_the_report_words_are_the_audits_words():
+    assert set(summary.GLOSS) == set(verdicts.VERDICTS)
+    assert sorted(summary.VERDICT_RANK) == sorted(verdicts.VERDICTS)
+    assert set(summary.PRINT_BY_ID) <= set(verdicts.VERDICTS)
+    assert set(summary.STATUS_ORDER) <= set(verdicts.STATUSES)
+    reason = verdicts.not_rerun("scale", "web-scale training") + " (dataset=wit)"
+    assert verdicts.category_of(reason) == "scale"
+    assert verdicts.gist(reason) == "scale: web-scale training"
