@@ -1,8 +1,8 @@
 """Benchmark: 10,000 paired bootstrap resamples over 1,000 test pairs (target: under 1 s).
 
-Run: `OMP_NUM_THREADS=1 .venv/bin/python bench/bootstrap_bench.py`. Prints the best of
-`--repeats` timings of `harness.stats.estimators.paired_bootstrap_diff` on two arms' R@1 hits drawn at the
-rerun article's rates (.243 and .140, section "Our rerun"), and the interval it produced.
+Run: `OMP_NUM_THREADS=1 .venv/bin/python bench/bootstrap_bench.py`. Prints the best of `--repeats`
+timings of `harness.stats.estimators.paired_bootstrap_diff` on two arms' R@1 hits drawn at the rerun
+article's rates (.243 and .140, section "Our rerun"), and the interval it produced.
 """
 
 from __future__ import annotations

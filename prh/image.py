@@ -239,9 +239,10 @@ def _colour_jitter(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return g + (x - g) * s
 
 
-def lr_at(step: int, total: int, base: float) -> float:
-    """Linear warmup over the first 10% of steps, then cosine to base/1000 (the lejepa README
-    recipe: linear warmup, then cosine to lr/1000)."""
+def image_lr(step: int, total: int, base: float) -> float:
+    """The world image encoder's schedule: linear warmup from 0 over the first 10% of steps,
+    then cosine to base/1000 (the lejepa README recipe: linear warmup, then cosine to lr/1000);
+    the text encoders' schedule, with its own warmup and floor, is prh.train.lr_at."""
     warm = max(1, total // 10)
     if step < warm:
         return base * (step + 1) / warm
@@ -291,7 +292,7 @@ def train_world_image_encoder(paths: list[Path], cfg: ImageConfig, seed: int, ou
             for i in range(steps_per_epoch):
                 x = images[order[i * bs:(i + 1) * bs]]
                 terms = _train_step(x, cfg, backbone, proj, sigreg, lejepa_loss, opt, gen,
-                                    lr_at(step, total, cfg.lr))
+                                    image_lr(step, total, cfg.lr))
                 sums += terms
                 step += 1
             rec = dict(zip(("loss", "invariance", "sigreg"), sums / steps_per_epoch, strict=True))

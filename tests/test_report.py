@@ -1,4 +1,5 @@
-"""harness.report and harness.report.plots on the fixture pipeline outputs (tests/fixtures/pipeline)."""
+"""harness.report.context and harness.report.plots on the fixture pipeline outputs
+(tests/fixtures/pipeline)."""
 
 from __future__ import annotations
 

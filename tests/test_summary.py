@@ -1,6 +1,6 @@
 """The report's first page (harness.report.summary), its audit table, the reproducibility checklist
-(harness.report.checklist) and the PDF's fit to its pages, on the fixture pipeline outputs with a real
-audit (harness.audit over the registry)."""
+(harness.report.checklist) and the PDF's fit to its pages, on the fixture pipeline outputs with a
+real audit (harness.audit over the registry)."""
 
 from __future__ import annotations
 

@@ -96,10 +96,10 @@ def at_chance(results: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def seeds_estimate(block: Mapping[str, Any], n_pairs: int, proportion: bool) -> TwoLevel | None:
-    """The estimate of a number results.json keeps once per seed with no per-pair outcomes (a
-    curve point, harness.stats.curves), from its seed spread, under harness.stats.estimators.TwoLevel's model.
-    From MIN_SEEDS_FOR_TRAINING_VARIANCE seeds up the value on these test pairs varies with the
-    seed only: se^2 is the variance (ddof 1) of the per-seed values over S, t with S - 1 df, as
+    """The estimate of a number results.json keeps once per seed with no per-pair outcomes (a curve
+    point, harness.stats.curves), from its seed spread, under harness.stats.estimators.TwoLevel's
+    model. From MIN_SEEDS_FOR_TRAINING_VARIANCE seeds up the value on these test pairs varies with
+    the seed only: se^2 is the variance (ddof 1) of the per-seed values over S, t with S - 1 df, as
     TwoLevel's own (its population interval is the same: with no per-pair values the test-pair
     level cannot be split off; `decide` reads only the fixed-pairs one). Below that no
     training variance: an R@1 over `n_pairs` test pairs gets the binomial p (1 - p) / n, an

@@ -25,8 +25,8 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
 The statistics: the rerun's seeds x test pairs estimate from results.json
-(harness.stats.estimators.two_level_mean / two_level_gap), on the test pairs the claim was measured on:
-the variance of the rerun's per-seed means plus the claim's own seed noise (`decide`);
+(harness.stats.estimators.two_level_mean / two_level_gap), on the test pairs the claim was measured
+on: the variance of the rerun's per-seed means plus the claim's own seed noise (`decide`);
 "reproduced" needs the claimed value inside that 90% interval and the interval inside
 [claim - margin, claim + margin] (two one-sided tests at 5%, Schuirmann 1987, J. Pharmacokinet.
 Biopharm. 15(6)), from 3 seeds; "differs" needs the claimed value outside its 95% interval.

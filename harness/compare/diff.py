@@ -45,10 +45,10 @@ from harness.records import names
 from harness.records.perquery import read_per_query
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
 from harness.records.schemas import DIFF
+from harness.tracking.mlflow_runs import FINAL
 from prh.config import ARMS
 from prh.io import ContractError
 
-FINAL = "final."  # the align stage's MLflow prefix for the run file's scores
 PROVENANCE_KEYS = ("profile", "params_hash", "data_hash", "git_commit", "git_dirty")
 GATE = re.compile(r"^\s*(?:(?P<arm>[A-Za-z0-9_]+)\.)?(?P<metric>[A-Za-z0-9_]+)\s*"
                   r"(?P<op><=|>=|<|>)\s*(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*$")
@@ -233,19 +233,14 @@ def selected(spec: Spec, m: re.Match) -> bool:
 
 def load_mlflow_set(spec: Spec, text: str) -> RunSet:
     """Runs from the tracking store: latest value of each metric, params, `env.*` tags."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+    from harness.tracking.mlflow_runs import read_run
 
-    from harness.tracking.mlflow_runs import tracking_uri
-
-    client = MlflowClient(tracking_uri=tracking_uri())
     runs = []
     for rid in spec.where.split(","):
         try:
-            r = client.get_run(rid.strip())
-        except MlflowException as e:
-            raise DiffError(f"mlflow:{rid}: not found in {tracking_uri()} ({e.message}); "
-                            "set MLFLOW_TRACKING_URI to the store that holds it") from e
+            r = read_run(rid.strip())
+        except ContractError as e:
+            raise DiffError(str(e)) from e
         tags = r.data.tags
         arm = tags.get("arm", rid)
         seed = int(tags["seed"]) if tags.get("seed", "").isdigit() else None

@@ -5,7 +5,6 @@ stops `harness run --check`, not the audit stage after every training)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from harness.records import names
@@ -70,10 +69,3 @@ def load_margins(raw: Any, where: str = "params.yaml audit.margin",
                               "(an equivalence margin of 0 can never be met)")
         out[metric] = float(value)
     return out
-
-
-def margins_from_params(path: str | Path) -> dict[str, float]:
-    """The margins of a params file (harness.config.params.load_params checks them)."""
-    from harness.config.params import load_params
-
-    return dict(load_params(path).margins)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.pipeline.matrix import UPSTREAM
 from harness.tracking import mlflow_runs as tracking
 from prh.io import ContractError
 
-UPSTREAM = ("prepare", "image")  # the stages whose outputs train and align read (dvc.yaml)
 POLL_S = 5.0
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-UPSTREAM = ("prepare", "image")  # what every train stage reads (dvc.yaml deps)
+UPSTREAM = ("prepare", "image")  # the stages whose outputs train and align read (dvc.yaml)
 
 
 def parse_devices(text: str) -> list[str]:

@@ -1,6 +1,7 @@
 """runs/results.json (schema prh.results/1): the run files it is built from (`read_align_runs`),
 its builder from every run's per-test-pair outcomes (`aggregate_runs`, `results_document`; the
-estimators are harness.stats.estimators), and its reader (`read_results`)."""
+estimators are harness.stats.estimators); its readers check it against
+harness.records.schemas.RESULTS."""
 
 from __future__ import annotations
 
@@ -199,8 +200,3 @@ def results_document(stats: Mapping[str, Any], *, profile: str, params_hash: str
     return {"schema": str(RESULTS), "profile": profile, "params_hash": params_hash,
             "data_hash": summary["data_hash"], "n_test": n_test, "mlflow_run_id": mlflow_run_id,
             "data_warnings": summary.get("warnings", []), **stats, "runs": list(runs)}
-
-
-def read_results(path: Path) -> dict[str, Any]:
-    """runs/results.json, checked against its schema (ContractError naming the stage to rerun)."""
-    return RESULTS.check(read_json(path), str(path))

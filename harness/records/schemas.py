@@ -50,4 +50,4 @@ THEORY = Schema("prh.theory", 1, "theory")  # runs/theory.json
 PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
-DIFF = Schema("prh.diff", 1, "")  # `harness diff --json`: no stage writes it
+DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

@@ -29,7 +29,7 @@ import yaml
 from markupsafe import Markup
 
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
-from harness.records.schemas import AUDIT, PROBE, RESULTS, RUN
+from harness.records.schemas import AUDIT, CONTAMINATION, PROBE, RESULTS, THEORY, Schema
 from harness.report import measures, plots
 from harness.report.checklist import checklist
 from harness.report.measures import clean_scores
@@ -47,7 +47,8 @@ STAGES = {
     "provenance": "harness.config.provenance.provenance(), or a --provenance JSON/YAML list",
     "probe": "stage probe (`dvc repro probe`)",
 }
-SCHEMAS = {"results": str(RESULTS), "audit": str(AUDIT), "run": str(RUN), "probe": str(PROBE)}
+SCHEMAS = {"results": RESULTS, "audit": AUDIT, "probe": PROBE, "theory": THEORY,
+           "contamination": CONTAMINATION}  # input -> the schema it must carry
 RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
                "chance_r_at_1")
 ENV_KEYS = ("hash", "python", "torch", "cuda", "cudnn", "gpu", "driver", "image_digest")
@@ -72,7 +73,7 @@ def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
     return {"path": str(path), "stage": STAGES[stage], "reason": reason}
 
 
-def load_input(path: Path, stage: str, schema: str | None = None) -> tuple[Any, dict | None]:
+def load_input(path: Path, stage: str, schema: Schema | None = None) -> tuple[Any, dict | None]:
     """(data, None) when the file reads and has the expected schema, else (None, absence)."""
     if not path.exists():
         return None, absent(path, stage, "file not found")
@@ -83,9 +84,10 @@ def load_input(path: Path, stage: str, schema: str | None = None) -> tuple[Any, 
             data = read_json(path)
     except (ContractError, yaml.YAMLError) as e:
         return None, absent(path, stage, f"unreadable: {e}")
-    if schema and (not isinstance(data, dict) or data.get("schema") != schema):
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        return None, absent(path, stage, f"schema {found!r}, expected {schema!r}; rerun the stage")
+    found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+    problem = schema.problem(found) if schema else None
+    if problem:
+        return None, absent(path, stage, f"{problem}; rerun the stage")
     return data, None
 
 
@@ -245,7 +247,8 @@ def load_profile_params(path: Path) -> tuple[Any, dict | None]:
 def load_provenance(path: Path | None, params: Any, no_params: dict | None
                     ) -> tuple[list | None, dict | None]:
     """The hyperparameter provenance: the list file at `path` when given, else
-    `harness.config.params.provenance` of the loaded params (their absence when they did not load)."""
+    `harness.config.provenance.provenance` of the loaded params (their absence when they did not
+    load)."""
     if path is not None:
         data, missing = load_input(path, "provenance")
         if data is not None and not isinstance(data, list):
@@ -320,8 +323,9 @@ def build_context(paths: ReportPaths) -> dict:
     """Every number, table and figure of the report, from the pipeline's files only."""
     results, no_results = load_input(paths.results, "results", SCHEMAS["results"])
     audit, no_audit = load_input(paths.audit, "audit", SCHEMAS["audit"])
-    theory, no_theory = load_input(paths.theory, "theory")
-    contamination, no_contamination = load_input(paths.contamination, "contamination")
+    theory, no_theory = load_input(paths.theory, "theory", SCHEMAS["theory"])
+    contamination, no_contamination = load_input(paths.contamination, "contamination",
+                                                 SCHEMAS["contamination"])
     params, no_params = load_input(paths.params, "params")
     profile_params, no_profile = load_profile_params(paths.params)
     provenance, no_provenance = load_provenance(paths.provenance, profile_params, no_profile)

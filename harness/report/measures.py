@@ -77,8 +77,8 @@ def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] 
 
 
 def section_calibrated(results: Mapping) -> dict:
-    """Per metric, one row per arm: n_permutations, alpha, the smallest attainable p-value
-    1/(K+1), and the seed spread of every calibrated field (harness.records.results.aggregate_calibrated)."""
+    """Per metric, one row per arm: n_permutations, alpha, the smallest attainable p-value 1/(K+1),
+    and the seed spread of every calibrated field (harness.records.results.aggregate_calibrated)."""
     metrics: dict[str, list[dict]] = {}
     for arm, block in results.get("arms", {}).items():
         for metric, c in (block.get("calibrated") or {}).items():

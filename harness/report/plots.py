@@ -3,8 +3,8 @@ scores against the pool size, and the rows of small plots of what shakes a headl
 
 Plots compute nothing (rliable's split: its `plot_utils` draw the estimates its library
 computed and return the figure): they take the finished numbers
-`harness.report.context.build_context` prepared and return SVG text. Output is deterministic: the Agg
-backend, a fixed `svg.hashsalt`, no date in the metadata, and text as paths
+`harness.report.context.build_context` prepared and return SVG text. Output is deterministic: the
+Agg backend, a fixed `svg.hashsalt`, no date in the metadata, and text as paths
 (`svg.fonttype = "path"`), so WeasyPrint needs no font for the figures and cannot drop glyphs
 from them (WeasyPrint issue #1345: matplotlib's SVG text broke in its renderer; #1810: a
 missing glyph prints as nothing, with no error).

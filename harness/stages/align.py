@@ -4,6 +4,8 @@ train + val pairs; add the final scores to the run's MLflow record."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,111 @@ def trainval_hits(image_dir: Path, text_dir: Path, img_fit: np.ndarray, txt_fit:
         "pairs": "every train photo with its first caption, then the fit (val) pairs"}
 
 
+@dataclass
+class Inputs:
+    """What one align run reads, checked: params, the train stage's run.json, the fit (val)
+    and test pairs."""
+
+    params: Any
+    ev: Any
+    run: dict[str, Any]
+    fit: tuple[np.ndarray, np.ndarray, np.ndarray]  # ids, image and text embeddings
+    test: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def load_inputs(args: argparse.Namespace) -> Inputs:
+    """Params, run.json (trained under these params) and the two splits, their ids disjoint and
+    their sizes enough for eval's k and fit sizes, before any scoring. ContractError."""
+    from prh.align import check_disjoint, check_scoring_sizes, load_split
+
+    if args.per_query.parent.resolve() != args.out.parent.resolve():
+        raise ContractError(f"--per-query {args.per_query} must sit beside --out {args.out}: "
+                            "the run file names it by file name")
+    params = load_params(args.params)
+    ev = params.eval_config()
+    run = read_json(args.text / "run.json")
+    if run["train_hash"] != params.section_hash(*TRAIN_SECTIONS):
+        raise ContractError(f"{args.text / 'run.json'}: trained with params hash "
+                            f"{run['train_hash']}, params.yaml now gives "
+                            f"{params.section_hash(*TRAIN_SECTIONS)}; rerun the pipeline "
+                            "(`harness run`)")
+    fit, test = (load_split(str(args.image / f"{split}.npz"), str(args.text / f"{split}.npz"))
+                 for split in ("val", "test"))
+    check_disjoint(fit[0], test[0], str(args.image / "val.npz"), str(args.image / "test.npz"))
+    check_scoring_sizes(ev.k, ev.fit_sizes, len(fit[0]), len(test[0]),
+                        str(args.image / "val.npz"), str(args.image / "test.npz"))
+    return Inputs(params, ev, run, fit, test)
+
+
+def score(args: argparse.Namespace, inp: Inputs) -> dict[str, Any]:
+    """Every score of the run file: the main map's metrics and per-pair outcomes (with
+    intervals over test pairs), against all captions and as the pool grows, the pair-free map
+    and the train + val map. ContractError for inputs the metrics cannot score."""
+    from harness.records import names
+    from harness.stats.estimators import bootstrap_ci
+    from prh.align import score_alignment
+    from prh.gallery import gallery_curve, photo_index, score_captions
+
+    ev, (_, img_fit, txt_fit), (ids_test, img_test, txt_test) = inp.ev, inp.fit, inp.test
+    try:  # the metrics refuse inputs they cannot score (e.g. unbiased CKA on too few rows)
+        scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
+                                 fit_sizes=ev.fit_sizes, n_permutations=ev.n_permutations)
+    except ValueError as e:
+        raise ContractError(f"{args.image / 'test.npz'} against {args.text / 'test.npz'}: "
+                            f"{e}") from e
+    captions = args.text / "test_captions.npz"  # every caption of each test photo
+    try:  # the same map against all captions, and as the pool grows (prh.gallery)
+        cap_ids, txt_all, _ = load_embeddings(captions)
+        photo = photo_index(cap_ids, ids_test)
+        scores.per_query.update(score_captions(scores.pmap, img_test, txt_all, photo, ev.k))
+        gallery = gallery_curve(scores.pmap, img_test, txt_test, txt_all, photo, k=ev.k,
+                                sizes=ev.gallery_sizes, draws=ev.gallery_draws,
+                                seed=ev.bootstrap_seed, whole=scores.per_query)
+    except ContractError:
+        raise
+    except ValueError as e:
+        raise ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
+                            f"`dvc repro train@{args.arm}-{args.seed}`") from e
+    pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, args.params,
+                                 ids_test, img_test, txt_test, args.seed)
+    scores.per_query["r_at_1_trainval_hit"], trainval = trainval_hits(
+        args.image, args.text, img_fit, txt_fit, ids_test, img_test, txt_test)
+    metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
+    for outcome, values in scores.per_query.items():
+        ci = bootstrap_ci(values, level=ev.ci_level, n_resamples=ev.n_resamples,
+                          seed=ev.bootstrap_seed)
+        metrics[names.metric_of(outcome)] = {"value": float(np.mean(values)), **ci.to_dict(),
+                                             "ci_method": f"{ci.method} (test pairs)"}
+    return {"metrics": metrics, "calibrated": scores.calibrated,
+            "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
+            "pair_free": pair_free, "trainval_map": trainval, "per_query": scores.per_query}
+
+
+def write_outputs(args: argparse.Namespace, inp: Inputs, scored: dict[str, Any]) -> None:
+    """The per-query file, the run file (schema prh.metrics/1) and DVC's flat views."""
+    from harness.records.flat import curve_rows, run_metrics
+    from harness.records.perquery import write_per_query
+
+    run, curve = inp.run, read_json(args.text / "curve.json")
+    write_per_query(args.per_query, inp.test[0], scored["per_query"])
+    write_json(args.out, {
+        "schema": str(RUN),
+        "run": {**{k: run[k] for k in ("arm", "seed", "profile", "mlflow_run_id", "train_hash",
+                                       "data_hash", "git_commit", "git_dirty")},
+                "params_hash": inp.params.hash},
+        "environment": run.get("environment", {}),
+        **{k: v for k, v in scored.items() if k != "per_query"}, "curve": curve,
+        "effective_sigreg_weight": run.get("effective_sigreg_weight"),
+        "per_query": args.per_query.name})
+    if args.metrics is not None:
+        write_json(args.metrics, run_metrics(scored["metrics"], inp.ev.k))
+    if args.plots is not None:
+        write_json(args.plots / "epochs.json",
+                   curve_rows(curve, ("epoch", "r_at_1_test", "r_at_1_fit")))
+        write_json(args.plots / "fit_size.json",
+                   curve_rows(scored["fit_size_curve"], ("n_fit", "r_at_1")))
+
+
 def main(argv: list[str]) -> int:
     """Align the text embeddings of --text to the image embeddings of --image; write the scores
     to --out (JSON) and the per-pair outcomes to --per-query (.npz, beside it)."""
@@ -81,99 +188,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--plots", type=Path, default=None,
                         help="folder for the epoch and fit-size curves as `dvc plots` files")
     args = parser.parse_args(argv)
-    # imported after parsing, so `harness align --help` answers at once
-    from harness.records import names
-    from harness.records.flat import curve_rows, run_metrics
-    from harness.records.perquery import write_per_query
-    from harness.stats.estimators import bootstrap_ci
-    from harness.tracking import mlflow_runs as tracking
-    from prh.align import (
-        check_disjoint,
-        check_scoring_sizes,
-        load_split,
-        score_alignment,
-    )
-    from prh.gallery import gallery_curve, photo_index, score_captions
+    from harness.tracking import mlflow_runs as tracking  # after parsing: `--help` at once
 
-    name = run_name(args.arm, args.seed)
-    if args.per_query.parent.resolve() != args.out.parent.resolve():
-        return fail(ContractError(f"--per-query {args.per_query} must sit beside --out "
-                                  f"{args.out}: the run file names it by file name"))
     try:
-        params = load_params(args.params)
-        ev = params.eval_config()
-        run = read_json(args.text / "run.json")
-        if run["train_hash"] != params.section_hash(*TRAIN_SECTIONS):
-            raise ContractError(f"{args.text / 'run.json'}: trained with params hash "
-                                f"{run['train_hash']}, params.yaml now gives "
-                                f"{params.section_hash(*TRAIN_SECTIONS)}; rerun the pipeline "
-                                "(`harness run`)")
-        (ids_fit, img_fit, txt_fit), (ids_test, img_test, txt_test) = (
-            load_split(str(args.image / f"{split}.npz"), str(args.text / f"{split}.npz"))
-            for split in ("val", "test"))
-        check_disjoint(ids_fit, ids_test, str(args.image / "val.npz"),
-                       str(args.image / "test.npz"))
-        check_scoring_sizes(ev.k, ev.fit_sizes, len(ids_fit), len(ids_test),
-                            str(args.image / "val.npz"), str(args.image / "test.npz"))
+        inp = load_inputs(args)
+        scored = score(args, inp)
     except ContractError as e:
         return fail(e)
-    try:  # the metrics refuse inputs they cannot score (e.g. unbiased CKA on too few rows)
-        scores = score_alignment(img_fit, txt_fit, img_test, txt_test, k=ev.k, seed=args.seed,
-                                 fit_sizes=ev.fit_sizes, n_permutations=ev.n_permutations)
-    except ValueError as e:
-        return fail(ContractError(f"{args.image / 'test.npz'} against {args.text / 'test.npz'}:"
-                                  f" {e}"))
-    captions = args.text / "test_captions.npz"  # every caption of each test photo
-    try:  # the same map against all captions, and as the pool grows (prh.gallery)
-        cap_ids, txt_all, _ = load_embeddings(captions)
-        photo = photo_index(cap_ids, ids_test)
-        pmap = scores.pmap
-        scores.per_query.update(score_captions(pmap, img_test, txt_all, photo, ev.k))
-        gallery = gallery_curve(pmap, img_test, txt_test, txt_all, photo, k=ev.k,
-                                sizes=ev.gallery_sizes, draws=ev.gallery_draws,
-                                seed=ev.bootstrap_seed, whole=scores.per_query)
-    except ContractError as e:
-        return fail(e)
-    except ValueError as e:
-        return fail(ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
-                                  f"`dvc repro train@{args.arm}-{args.seed}`"))
-    try:
-        pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, args.params,
-                                     ids_test, img_test, txt_test, args.seed)
-        scores.per_query["r_at_1_trainval_hit"], trainval = trainval_hits(
-            args.image, args.text, img_fit, txt_fit, ids_test, img_test, txt_test)
-    except ContractError as e:
-        return fail(e)
-    metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
-    for metric, outcomes in scores.per_query.items():
-        ci = bootstrap_ci(outcomes, level=ev.ci_level, n_resamples=ev.n_resamples,
-                          seed=ev.bootstrap_seed)
-        metrics[names.metric_of(metric)] = {"value": float(np.mean(outcomes)),
-                                                **ci.to_dict(),
-                                                "ci_method": f"{ci.method} (test pairs)"}
-    out_npz = args.per_query
-    write_per_query(out_npz, ids_test, scores.per_query)
-    write_json(args.out, {
-        "schema": str(RUN),
-        "run": {**{k: run[k] for k in ("arm", "seed", "profile", "mlflow_run_id", "train_hash",
-                                       "data_hash", "git_commit", "git_dirty")},
-                "params_hash": params.hash},
-        "environment": run.get("environment", {}),
-        "metrics": metrics, "calibrated": scores.calibrated,
-        "fit_size_curve": scores.fit_size_curve, "gallery_curve": gallery,
-        "pair_free": pair_free, "trainval_map": trainval,
-        "curve": read_json(args.text / "curve.json"),
-        "effective_sigreg_weight": run.get("effective_sigreg_weight"),
-        "per_query": out_npz.name})
-    if args.metrics is not None:
-        write_json(args.metrics, run_metrics(metrics, ev.k))
-    if args.plots is not None:
-        write_json(args.plots / "epochs.json", curve_rows(
-            read_json(args.text / "curve.json"), ("epoch", "r_at_1_test", "r_at_1_fit")))
-        write_json(args.plots / "fit_size.json",
-                   curve_rows(scores.fit_size_curve, ("n_fit", "r_at_1")))
-    tracking.log_final(run["mlflow_run_id"], metrics, scores.calibrated, pair_free)
-    r1 = metrics["r_at_1"]
-    print(f"align: {name} R@1 {r1['value']:.3f}, {ev.ci_level:.0%} interval over test pairs "
-          f"[{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
+    write_outputs(args, inp, scored)
+    tracking.log_final(inp.run["mlflow_run_id"], scored["metrics"], scored["calibrated"],
+                       scored["pair_free"])
+    r1 = scored["metrics"]["r_at_1"]
+    print(f"align: {run_name(args.arm, args.seed)} R@1 {r1['value']:.3f}, {inp.ev.ci_level:.0%} "
+          f"interval over test pairs [{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
     return 0

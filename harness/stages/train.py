@@ -59,6 +59,28 @@ def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any
     return hook
 
 
+def write_embeddings(out: Path, encode: Any, corpus: Any, meta: dict[str, Any]) -> None:
+    """The run's text embeddings in `out`: the fit and test pairs' evaluation captions, every
+    caption of the test photos (prh.gallery's rows), the evaluation caption of every train photo
+    (the train + val map's text side) and the last half of those (the pair-free pool)."""
+    from prh.data import pairfree_halves
+    from prh.gallery import caption_ids
+
+    fit, test, train = corpus.split("val"), corpus.split("test"), corpus.split("train")
+    for split, photos in (("val", fit), ("test", test)):
+        save_embeddings(out / f"{split}.npz", [p.id for p in photos],
+                        encode(eval_captions(photos)), meta=meta)
+    save_embeddings(out / "test_captions.npz",
+                    caption_ids([p.id for p in test], [len(p.captions) for p in test]),
+                    encode([c for p in test for c in p.captions]), meta=meta)
+    ids_train = [p.id for p in train]
+    emb_train = encode(eval_captions(train))
+    save_embeddings(out / "train_texts.npz", ids_train, emb_train, meta=meta)
+    pool = pairfree_halves(train)[1]
+    save_embeddings(out / "pool_texts.npz", [p.id for p in pool],
+                    emb_train[rows_of(ids_train, pool)], meta=meta)
+
+
 def main(argv: list[str]) -> int:
     """Train --arm for --seed on --dataset's train split (tokenizer from --prepared, per-epoch
     curves against --image), checkpointing under --work; write embeddings and run.json to --out."""
@@ -74,9 +96,8 @@ def main(argv: list[str]) -> int:
     from harness.config.runparams import run_params, train_config
     from harness.tracking import mlflow_runs as tracking
     from harness.tracking.fingerprint import environment_fingerprint
-    from prh.data import load_karpathy, pairfree_halves
+    from prh.data import load_karpathy
     from prh.encode_text import load_text_encoder
-    from prh.gallery import caption_ids
     from prh.tokenizer import Tokenizer
     from prh.train import train_text_encoder
     from prh.train_config import encoder_config, resolve, run_identity
@@ -87,7 +108,6 @@ def main(argv: list[str]) -> int:
             tracking.check_server()  # an unreachable server stops here, before training
         cfg = train_config(params, args.arm, args.seed)
         corpus = load_karpathy(args.dataset, min_captions=1)
-        pool = pairfree_halves(corpus.split("train"))[1]
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
     except ContractError as e:
         return fail(e)
@@ -115,19 +135,7 @@ def main(argv: list[str]) -> int:
                            val_texts=eval_captions(fit))  # the fit pairs' captions
         encode = load_text_encoder(work)
         with atomic_dir(args.out) as tmp:
-            meta = {"arm": args.arm, "seed": args.seed}
-            for split, photos in (("val", fit), ("test", test)):
-                save_embeddings(tmp / f"{split}.npz", [p.id for p in photos],
-                                encode(eval_captions(photos)), meta=meta)
-            save_embeddings(tmp / "test_captions.npz",  # every caption: prh.gallery's rows
-                            caption_ids([p.id for p in test], [len(p.captions) for p in test]),
-                            encode([c for p in test for c in p.captions]), meta=meta)
-            train = corpus.split("train")
-            ids_train = [p.id for p in train]
-            emb_train = encode(eval_captions(train))  # the train + val map's text side
-            save_embeddings(tmp / "train_texts.npz", ids_train, emb_train, meta=meta)
-            save_embeddings(tmp / "pool_texts.npz", [p.id for p in pool],  # pair-free pool
-                            emb_train[rows_of(ids_train, pool)], meta=meta)
+            write_embeddings(tmp, encode, corpus, {"arm": args.arm, "seed": args.seed})
             for item in ("checkpoint.pt", "curve.json", "config.json"):
                 shutil.copy2(work / item, tmp / item)
             tracking.log_artifacts([work / "config.json", work / "curve.json"])

@@ -64,9 +64,9 @@ def run_curve(curve: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def arm_curve(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """An arm's entries over its seeds (`runs`: seed -> `run_curve`): per entry every run
-    has, each number's seed spread (harness.stats.estimators.seed_spread), what the entry is (`what`) and,
-    for an entry chosen among evaluated epochs, those epochs; `runs` keeps each seed's own."""
+    """An arm's entries over its seeds (`runs`: seed -> `run_curve`): per entry every run has, each
+    number's seed spread (harness.stats.estimators.seed_spread), what the entry is (`what`) and, for
+    an entry chosen among evaluated epochs, those epochs; `runs` keeps each seed's own."""
     if not runs:
         raise ValueError("arm_curve: no runs")
     first = next(iter(runs.values()))

@@ -224,6 +224,22 @@ def log_artifacts(paths: list[Path], run_id: str | None = None) -> None:
               f"artifacts of run {run_id}", file=sys.stderr)
 
 
+FINAL = "final."  # the align stage's prefix for the run file's scores on the training run
+
+
+def read_run(run_id: str) -> Any:
+    """The MLflow run `run_id` (its data: metrics, params, tags) from the tracking store;
+    ContractError naming the store when it does not hold it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri=tracking_uri()).get_run(run_id)
+    except MlflowException as e:
+        raise ContractError(f"mlflow:{run_id}: not found in {tracking_uri()} ({e.message}); set "
+                            "MLFLOW_TRACKING_URI to the store that holds it") from e
+
+
 def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
               pair_free: dict[str, Any]) -> None:
     """The final scores and their interval ends as `final.*` metrics of the training run, each
@@ -233,16 +249,16 @@ def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[s
 
     client = mlflow.MlflowClient(tracking_uri())
     for key, m in metrics.items():
-        client.log_metric(run_id, f"final.{key}", m["value"])
+        client.log_metric(run_id, f"{FINAL}{key}", m["value"])
         if "ci" in m:
-            client.log_metric(run_id, f"final.{key}.ci_lo", m["ci"][0])
-            client.log_metric(run_id, f"final.{key}.ci_hi", m["ci"][1])
+            client.log_metric(run_id, f"{FINAL}{key}.ci_lo", m["ci"][0])
+            client.log_metric(run_id, f"{FINAL}{key}.ci_hi", m["ci"][1])
     for key, fields in calibrated.items():
         for field, value in fields.items():
-            client.log_metric(run_id, f"final.calibrated.{key}.{field}", value)
+            client.log_metric(run_id, f"{FINAL}calibrated.{key}.{field}", value)
     for field, value in pair_free.items():
         if isinstance(value, int | float):
-            client.log_metric(run_id, f"final.pair_free.{field}", value)
+            client.log_metric(run_id, f"{FINAL}pair_free.{field}", value)
 
 
 def _send_pending() -> None:
@@ -282,7 +298,8 @@ def _scores(prefix: str, entry: Mapping[str, Any]) -> dict[str, float]:
     """One entry of results.json (an arm's metric or a gap between arms) as flat metrics under
     `prefix`: its seed mean or gap, seed std, and the ends of its interval over test pairs
     (`ci_lo`, `ci_hi`) and of its seeds-on-these-test-pairs interval (`two_level_lo`,
-    `two_level_hi`: harness.stats.estimators.TwoLevel.interval; over test pairs only below 3 seeds)."""
+    `two_level_hi`: harness.stats.estimators.TwoLevel.interval; over test pairs only below 3
+    seeds)."""
     out = {f"{prefix}.{k}": float(entry[k]) for k in ("mean", "std", "diff")
            if entry.get(k) is not None}
     for label, ci in (("ci", entry.get("ci")), ("two_level", entry.get("two_level", {}).get("ci"))):
