@@ -116,13 +116,13 @@ def test_full_area_view_without_flip_reproduces_the_image_along_the_long_axis():
 
 def test_lr_schedule_warmup_peak_and_floor():
     base, total = 1e-3, 100
-    assert image.lr_at(0, total, base) == pytest.approx(base / 10)
-    assert image.lr_at(9, total, base) == pytest.approx(base)
-    assert image.lr_at(10, total, base) == pytest.approx(base)
+    assert image.image_lr(0, total, base) == pytest.approx(base / 10)
+    assert image.image_lr(9, total, base) == pytest.approx(base)
+    assert image.image_lr(10, total, base) == pytest.approx(base)
     mid = 10 + 45
-    assert image.lr_at(mid, total, base) == pytest.approx(base / 1000 + (base - base / 1000) / 2)
-    assert image.lr_at(total, total, base) == pytest.approx(base / 1000)
-    decay = [image.lr_at(i, total, base) for i in range(10, total + 1)]
+    assert image.image_lr(mid, total, base) == pytest.approx(base / 1000 + (base - base / 1000) / 2)
+    assert image.image_lr(total, total, base) == pytest.approx(base / 1000)
+    decay = [image.image_lr(i, total, base) for i in range(10, total + 1)]
     assert all(a > b for a, b in zip(decay, decay[1:], strict=False))
 
 
