@@ -112,6 +112,10 @@ def test_run_check_validates_and_runs_nothing(tmp_path, monkeypatch, capsys):
     assert run.main(["--params", str(bad), "--check"]) == 2
     err = capsys.readouterr().err
     assert "world.eval.k = 500: mutual k-NN needs more than k test pairs" in err
+    typo = write_params(tmp_path, lambda r: r.update(prfile="world"))
+    assert run.main(["--params", str(typo), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'prfile' (did you mean 'profile'?)" in err and len(err.splitlines()) == 1
 
 
 def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, monkeypatch,
