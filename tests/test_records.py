@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from test_params import write as write_params
 
 from harness.config.margins import MarginError, load_margins
 from harness.config.params import ParamsError, load_params
@@ -91,14 +91,6 @@ def test_a_schema_of_another_version_names_the_stage_to_rerun():
         RESULTS.check({"schema": "prh.results/0"}, "r.json")
     with pytest.raises(ContractError, match=r"schema 'prh.audit/1', expected 'prh.metrics/1'"):
         RUN.check({"schema": "prh.audit/1"}, "good-s0.json")
-
-
-def write_params(tmp_path: Path, edit) -> Path:
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    edit(raw)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
 
 
 @pytest.mark.parametrize("edit, needle", [
