@@ -18,12 +18,13 @@ def train_config(params: Params, arm: str, seed: int) -> TrainConfig:
     return params.config(TrainConfig, "train", arm=arm, seed=seed)
 
 
-def run_params(params: Params, arm: str, seed: int) -> dict[str, Any]:
+def run_params(params: Params, arm: str, seed: int, cfg: TrainConfig | None = None
+               ) -> dict[str, Any]:
     """profile, arm, seed and the profile's data/image/eval sections as params.yaml gives
     them, with `train.*` resolved as the run uses it: every default filled in, the views'
     max_len from train.max_len and their mask id the tokenizer's [MASK] (prh.train_config.
     view_config), so MLflow never shows the ViewConfig default (64) for a run at 48."""
-    cfg = train_config(params, arm, seed)
+    cfg = cfg or train_config(params, arm, seed)  # the stage passes the one it trains
     used = replace(cfg, views=replace(cfg.views, max_len=cfg.max_len,
                                       mask_id=SPECIAL_TOKENS.index("[MASK]")))
     sections = {name: params.sections[name] for name in ("data", "image", "eval")}

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from markupsafe import Markup
 
+from harness.audit.claims import REGISTRY
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
 from harness.records.schemas import AUDIT, CONTAMINATION, PROBE, RESULTS, THEORY, Schema
 from harness.report import measures, plots
@@ -67,6 +68,7 @@ class ReportPaths:
     provenance: Path | None = None
     prepared: Path | None = None  # the prepare stage's summary.json (its data-check warnings)
     probe: Path | None = None  # the probe stage's JSON (lambda sweep, determinism)
+    claims: Path = REGISTRY  # the registry the audit judged (the audit stage's --claims)
 
 
 def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
@@ -130,14 +132,14 @@ def best_and_last(curve: Sequence[Mapping], key: str = "r_at_1_test") -> dict | 
             "best_minus_last": best[1] - last[1]}
 
 
-def registry_setups() -> dict[str, dict]:
+def registry_setups(path: Path = REGISTRY) -> dict[str, dict]:
     """Claim id -> {setup, metric, spread text, value, printed, source, kind, where, statement}
     from the claims registry, for audit rows that do not carry them and for the paper's values
     beside the measurements; an unreadable registry gives {} (no paper values are shown)."""
     from harness.audit.claims import load_claims
 
     try:
-        claims = load_claims()
+        claims = load_claims(path)
     except ContractError:
         return {}
     return {cid: {"setup": dict(c.setup), "metric": c.metric, "spread": spread_text(c.spread),
@@ -338,7 +340,7 @@ def build_context(paths: ReportPaths) -> dict:
                               ("params", paths.params))]
     probe, no_probe = (load_input(paths.probe, "probe", SCHEMAS["probe"]) if paths.probe
                        else (None, None))
-    registry = registry_setups()
+    registry = registry_setups(paths.claims)
     claims = paper_claims(audit, registry)
     clean = clean_scores(runs, contamination or {})
     sections = {
@@ -373,6 +375,7 @@ def build_context(paths: ReportPaths) -> dict:
             "summary": summary(results, audit, runs, sections),
             "warnings": hash_warnings(results, runs, paths.runs_dir),
             "data_warnings": data_warnings(paths.prepared),
+            "mlflow_run_id": (results or {}).get("mlflow_run_id"),  # the pipeline's MLflow run
             "sections": sections}
 
 

@@ -29,6 +29,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--probe", type=Path, default=None,
                         help="the probe stage's JSON (SIGReg-weight sweep, determinism); "
                              "without it those panels say 'not run'")
+    parser.add_argument("--claims", type=Path, default=None,
+                        help="the claims registry the audit judged (default: the package's)")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--checklist", type=Path, default=None,
@@ -38,13 +40,14 @@ def main(argv: list[str]) -> int:
                              "PDF runs off a page (for CI)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness report --help` answers at once
-    from harness.report.context import SCHEMAS, ReportPaths, build_context, load_input
+    from harness.audit.claims import REGISTRY
+    from harness.report.context import ReportPaths, build_context
     from harness.report.render import render, write_pdf
     from harness.tracking import mlflow_runs as tracking
 
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
                                     args.audit, args.params, args.provenance, args.prepared,
-                                    args.probe))
+                                    args.probe, args.claims or REGISTRY))
     for w in ctx["warnings"]:
         print(f"harness report: warning: {w}", file=sys.stderr)
     for a in ctx["summary"]["absent"]:
@@ -57,8 +60,7 @@ def main(argv: list[str]) -> int:
         print(f"harness report: warning: {args.pdf} {line}", file=sys.stderr)
     if args.checklist is not None:
         write_json(args.checklist, ctx["checklist"])
-    results, _ = load_input(args.results, "results", SCHEMAS["results"])
-    if (results or {}).get("mlflow_run_id"):
+    if ctx["mlflow_run_id"]:
         tracking.log_artifacts([p for p in (args.html, args.pdf, args.checklist) if p],
-                               results["mlflow_run_id"])
+                               ctx["mlflow_run_id"])
     return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"] or off) else 0

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
         return 0
-    logged = run_params(params, args.arm, args.seed)  # as used: views.max_len = max_len
+    logged = run_params(params, args.arm, args.seed, cfg)  # as used: views.max_len = max_len
     with tracking.tracked_run(name, logged, tags) as run:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
                            eval_hook=make_eval_hook(args.image, fit, test),
