@@ -87,7 +87,7 @@ def section_calibrated(results: Mapping) -> dict:
                 "arm": arm, "n_permutations": k, "alpha": c.get("alpha"),
                 "min_p": 1.0 / (k + 1) if k else None,
                 **{f: c.get(f) or {} for f in CALIBRATED_FIELDS}})
-    return {"metrics": metrics}
+    return {"metrics": metrics, "k": names.results_k(results)}
 
 
 def full_pool(curve: Sequence[Mapping]) -> Mapping:
