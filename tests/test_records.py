@@ -59,6 +59,8 @@ def test_outcome_and_metric_names_round_trip():
     assert names.knn_k("mknn10") == 10 and names.knn_k("mknn10_captions") is None
     with pytest.raises(ValueError, match="one mutual k-NN"):
         names.k_in(["mknn5", "mknn10"])
+    assert names.results_k({"metrics": {"r_at_1": {}}}) == names.PAPER_K  # nothing to name
+    assert names.results_k({"arms": {"good": {"metrics": {"mknn5": {}}}}}) == 5
 
 
 def test_per_query_round_trip_and_refusals(tmp_path):

@@ -66,8 +66,10 @@ def k_in(metrics: Iterable[str]) -> int:
 
 
 def results_k(results: Mapping[str, Any]) -> int:
-    """The k a results.json (or a run file's `metrics`) was scored at, from its metric names."""
+    """The k a results.json (or a run file's `metrics`) was scored at, from its metric names;
+    PAPER_K when it holds no mutual k-NN (no name to find then), ValueError for two k."""
     arms = results.get("arms")
-    if arms:
-        return k_in(next(iter(arms.values())).get("metrics", {}))
-    return k_in(results.get("metrics", {}))
+    metrics = next(iter(arms.values())).get("metrics", {}) if arms else results.get("metrics", {})
+    if not any(knn_k(m) is not None for m in metrics):
+        return PAPER_K
+    return k_in(metrics)
