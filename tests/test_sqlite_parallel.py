@@ -16,7 +16,7 @@ import tiny_world
 pytestmark = pytest.mark.slow
 WRITER = """
 import sys
-from harness import tracking
+from harness.tracking import mlflow_runs as tracking
 name, n = sys.argv[1], int(sys.argv[2])
 with tracking.tracked_run(name, {"writer": name}, {}) as run:
     for epoch in range(1, n + 1):

@@ -1,6 +1,6 @@
 """The report's context: every number, table and figure of the paper-vs-rerun report, computed
-from the files the pipeline wrote (formats in docs/contracts.md); harness.render turns it into
-HTML and PDF, and the `report` stage (harness/stages/report.py) writes both.
+from the files the pipeline wrote (formats in docs/contracts.md); harness.report.render turns it
+into HTML and PDF, and the `report` stage (harness/stages/report.py) writes both.
 
 The sections follow what a rerun report shows (the rerun article, "Our rerun": controls,
 fit-pair against test scores, the fit-size curve, best against last epoch, the effective SIGReg
