@@ -170,10 +170,9 @@ class Resolved:
     """What a run's config implies at its world size, computed once (`resolve`) for the
     trainer, config.json, run.json and MLflow: the lamb the loss uses and the effective SIGReg
     weight (prh.losses.effective_sigreg_weight), both None for next-token, which has no SIGReg
-    term; the views per sample."""
+    term."""
 
     world_size: int
-    n_views: int
     lamb: float | None
     effective_sigreg_weight: float | None
 
@@ -181,9 +180,9 @@ class Resolved:
 def resolve(cfg: TrainConfig, world_size: int) -> Resolved:
     """The derived values of `cfg` trained on `world_size` processes (`Resolved`)."""
     if cfg.arm == "ntp":
-        return Resolved(world_size, cfg.n_views(), None, None)
+        return Resolved(world_size, None, None)
     lamb = resolved_lamb(cfg, world_size)
-    return Resolved(world_size, cfg.n_views(), lamb,
+    return Resolved(world_size, lamb,
                     effective_sigreg_weight(lamb, cfg.batch_size, cfg.n_views(), world_size))
 
 

@@ -36,6 +36,9 @@ def read_per_query(source: Path | bytes, where: str | None = None
     shown = where or str(source)
     m = re.match(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.npz$", Path(shown).name)
     stage = f"align@{m['arm']}-{m['seed']}" if m else PER_QUERY.stage
+    if not zipfile.is_zipfile(io.BytesIO(source) if isinstance(source, bytes) else source):
+        raise ContractError(f"{shown}: unreadable per-query file (not an .npz archive: "
+                            f"truncated or another format); rerun `dvc repro {stage}`")
     try:
         with np.load(io.BytesIO(source) if isinstance(source, bytes) else source,
                      allow_pickle=False) as z:
