@@ -10,8 +10,8 @@ implementation picks):
 - retrieval ranks count ties *against* the true pair (`>=`), so a collapsed encoder scores
   R@1 = 0, never 1 (the rerun article, "The scoring is careful in two places");
 - mutual k-NN breaks ties by lowest index, exactly as a stable sort by descending cosine;
-- FOSCTTM counts a candidate as close as the true match *against* it (`<=`), so a collapsed
-  embedding scores 1, never 0.
+- FOSCTTM counts a candidate as close as the true match as one half (midranks, as the
+  pair-free benchmark does), so every collapsed or constant scorer scores 0.5, chance.
 A score within the float64 rounding error of a dot product (d * eps * |q| |c|) is a tie: a
 difference below the rounding error of the product it comes from cannot be a win.
 """
@@ -121,28 +121,35 @@ def recall_at_k(queries: np.ndarray, candidates: np.ndarray, k: int = 1, *,
 
 
 # ----------------------------------------------------------------------------- FOSCTTM
-def foscttm(a: np.ndarray, b: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
-    """Per-pair FOSCTTM ("fraction of samples closer than the true match"), both directions
-    averaged (Liu et al. 2019, UnionCom; SCOT's `calc_domainAveraged_FOSCTTM`,
-    rsinghlab/SCOT `src/evals.py`).
+def foscttm(queries: np.ndarray, keys: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
+    """Per-query FOSCTTM ("fraction of samples closer than the true match") with midranks, as
+    the pair-free benchmark scores it (Schnaus et al. 2026, arXiv 2610.09411;
+    `unpaired_rosetta/evaluation.py` `retrieval_metrics`): one direction, query i against
+    every key by the inner product s_ij = <q_i, k_j> (unit rows: cosine), row i of each a true
+    match, f_i = (#{j : s_ij > s_ii} + #{j != i : s_ij = s_ii} / 2) / (n - 1).
 
-    a: [n, d], b: [n, d] in one space, row i of each a true match. f_i is the mean of
-    #{j != i : ||a_i - b_j|| <= ||a_i - b_i||} / (n - 1) and the same from b_i among the rows
-    of a; the score is mean(f): 0 is perfect, about 0.5 random. Ties count *against* the true
-    match (`<=`, as in `retrieval_ranks`); SCOT's sorted index counts only strictly closer
-    rows, which scores a collapsed embedding a perfect 0. Here both sides collapsed score 1,
-    one side 0.75 (every candidate ties one way; the other way the ranks are a permutation).
-    On unit rows the order is the cosine order. Returns float64 [n].
+    0 is perfect and 0.5 is chance: a constant scorer (every key tied) gives exactly 0.5, and
+    so does a collapsed query side (one query vector: the true keys' ranks are a permutation).
+    Ties are equality up to the rounding bound of the scores (`tie_tol`), so identical keys
+    tie whatever the BLAS. Float64, in blocks of `chunk` queries. Returns float64 [n].
     """
-    a, b = check_pair(a, b, "a", "b")
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"a has width {a.shape[1]}, b {b.shape[1]}; map them into one space")
-    n = a.shape[0]
+    q, c = check_pair(queries, keys, "queries", "keys")
+    if q.shape[1] != c.shape[1]:
+        raise ValueError(f"queries have width {q.shape[1]}, keys {c.shape[1]}; map them into "
+                         "one space first")
+    n = q.shape[0]
     check_k(1, n, "foscttm")
-    # ||q - c_j||^2 = |q|^2 - (2 q.c_j - |c_j|^2): within a row, rank by 2 q.c_j - |c_j|^2
-    ab = _ranks(2 * a, b, chunk, np.einsum("ij,ij->i", b, b))
-    ba = _ranks(2 * b, a, chunk, np.einsum("ij,ij->i", a, a))
-    return (ab + ba) / (2.0 * (n - 1))
+    tol = tie_tol(q, c)
+    out = np.empty(n, dtype=np.float64)
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        s = q[lo:hi] @ c.T
+        true = s[np.arange(hi - lo), np.arange(lo, hi)][:, None]
+        t = tol[lo:hi, None]
+        higher = (s > true + t).sum(axis=1)
+        tied = (np.abs(s - true) <= t).sum(axis=1) - 1  # the true key ties with itself
+        out[lo:hi] = (higher + 0.5 * tied) / (n - 1)
+    return out
 
 
 # ----------------------------------------------------------------------------- neighbourhoods

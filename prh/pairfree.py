@@ -1,66 +1,87 @@
 """Pair-free alignment: a map from image space to text space fitted on two unpaired pools, then
 scored on held-out pairs.
 
-The articles give the experiment, not the algorithm (the audit article, section "pair-free
-alignment": a pool of some 15,000 images and the captions of 15,000 other images, matched
-without a single pair; the method "estimates a single map from the geometry of two spaces
-alone"). Assumed here: the fully unsupervised self-learning of Artetxe, Labaka & Agirre (ACL
-2018; VecMap, artetxem/vecmap `map_embeddings.py --unsupervised`), with its orthogonal
-mapping, in these steps:
+The paper's Table 4 uses the benchmark of Schnaus, Dagès, Cremers, Wang & Isola 2026 ("Shared
+Geometry As A Rosetta Stone", arXiv 2610.09411; code dominik-schnaus/unpaired-rosetta, MIT,
+commit caa1816): Wasserstein Procrustes, max over W in St(dx, dy) and a matching T of
+tr(X W Y^T T^T), from a geometric initialisation. Its steps, as its code runs them
+(`unpaired_rosetta/wasserstein_procrustes.py`, `geometric_initialization.py`; every constant
+is a `PairFreeConfig` default taken from there):
 
-1. each pool's rows to unit length, centred on the pool's mean, unit length again (VecMap's
-   `--normalize unit center unit`);
-2. initial matches without pairs: on m = min(n_img, n_txt, 4,000) rows of each pool, the
-   smoothed similarity matrix sqrt(X X^T) = U S U^T (X = U S V^T), each row sorted (sorting
-   forgets which row is which, so rows become comparable across the two spaces), normalised
-   as in 1, matched by CSLS both ways. VecMap takes the 4,000 most frequent words; a pool has
-   no frequencies, so here the m rows are a seeded random subset;
-3. self-learning: orthogonal Procrustes (`prh.align.procrustes`) on the current matches, then
-   new matches: each image's nearest text and each text's nearest image by CSLS with 10
-   neighbours (Conneau et al. 2018), both kept (VecMap's `--direction union`), each similarity
-   kept with probability p and dropped otherwise (VecMap's stochastic dictionary induction:
-   p starts at .1 and doubles). VecMap doubles p after 50 iterations without gain and runs
-   until then; here p doubles every `interval` iterations and the loop stops once p = 1 and the
-   matches repeat, or after `n_iter` (a fixed, bounded schedule);
-4. the map: VecMap's final re-weighting (whitening, de-whitening) is left out so the map stays
-   orthogonal, and it is fitted as the supervised one is (`prh.align.fit_procrustes`): the
-   pool means and Procrustes on the centred rows of the final matches, so `score_pairfree`
-   scores it exactly as the supervised map (cosine, ties against the true pair).
+1. each pool centred on its own mean, rows to unit length (norm floor 1e-10); the same means
+   are reused on the test rows, so the inner product of the prepared rows is a cosine;
+2. initialisation, S restarts: b rows drawn from each pool (all rows when a pool has fewer),
+   scikit-learn k-means (k-means++, C clusters, otherwise its defaults) on each, the two sets of
+   centres A, B matched by the permutation P that maximises their linear CKA (`prh.qap`), and
+   M = the mean over restarts of (1/C) A^T P B, a dx x dy correspondence;
+3. read-out: both pools shuffled and cut into blocks of b rows, block i of X M matched to block
+   i of Y by the Hungarian algorithm on the scores (X M) Y^T (scipy `linear_sum_assignment`,
+   float64); W = U V^T from the SVD of X_T^T Y_T on those pseudo-pairs (orthogonal
+   Procrustes, `prh.align.procrustes`);
+4. refinement, R rounds: b fresh random rows of each pool, Hungarian on (X_b W) Y_b^T, Procrustes.
+   When both pools have at most b rows every round uses all rows, so a round whose matching
+   equals the previous one is a fixed point (the same pairs give the same W, hence the same
+   matching): the loop stops there, with the map R rounds would have reached.
+
+Differences from the benchmark, none in what is computed: numpy float64 throughout (it fits in
+float32 torch); one seeded numpy Generator instead of its seed derivation, so the same inputs
+and seed give the same map here but not its bit pattern; scores are taken by cosine of
+(x - mean) W against y - mean (`prh.align.ProcrustesMap`), which ranks each query's candidates
+exactly as its inner product of the prepared rows does, since the two differ by a positive
+factor per query. k-means runs on one thread (`threadpoolctl`), as the benchmark does, so the
+fit does not depend on the machine's thread count.
 
 The first two moments of unpaired data cannot identify the rotation (the rerun article,
-"Why the first two moments cannot find the rotation", Proposition 2); what this method uses is
-the pools' finer geometry, the distribution of similarities around each point. Everything
-is numpy float64; similarities are processed in row blocks (`prh.metrics.CHUNK`), so memory
-stays bounded (a 512 x n block, and the m x m matrices of step 2).
+"Why the first two moments cannot find the rotation", Proposition 2); the initialisation uses
+the pools' cluster geometry, which carries more.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_context
 
 import numpy as np
 
-from prh import align, metrics
+from prh import align, metrics, qap
 
-INIT_ROWS = 4_000  # rows of the sorted-similarity initialisation (VecMap's unsupervised_vocab)
-CSLS_K = 10  # CSLS neighbourhood (Conneau et al. 2018; VecMap --csls)
-KEEP_START = 0.1  # first keep probability of stochastic matching (VecMap --stochastic_initial)
-KEEP_FACTOR = 2.0  # its multiplier (VecMap --stochastic_multiplier)
+NORM_FLOOR = 1e-10  # the benchmark's floor on a centred row's norm (`unpaired_rosetta/linalg.py`)
+
+
+@dataclass(frozen=True)
+class PairFreeConfig:
+    """The aligner's constants (params.yaml `eval.pairfree`), defaults the benchmark's
+    (`WassersteinProcrustes.__init__`, used by every experiment of its paper)."""
+
+    clusters: int = 30  # C: k-means centres per side and restart
+    restarts: int = 30  # S: initialisation restarts, averaged
+    batch: int = 10_000  # b: rows per side of a restart and of every Hungarian block
+    rounds: int = 100  # R: refinement rounds
+    workers: int = 1  # processes for the restarts; never changes the result
+
+    def __post_init__(self) -> None:
+        if self.clusters < 2 or self.restarts < 1 or self.batch < 2 or self.rounds < 0 \
+                or self.workers < 1:
+            raise ValueError(f"{self}: needs clusters >= 2, restarts >= 1, batch >= 2, "
+                             "rounds >= 0, workers >= 1 (the benchmark: 30, 30, 10000, 100)")
+        if self.batch < self.clusters:
+            raise ValueError(f"batch = {self.batch} < clusters = {self.clusters}: k-means needs "
+                             "at least one row per cluster")
 
 
 @dataclass(frozen=True)
 class PairFreeMap(align.ProcrustesMap):
     """A Procrustes map fitted without pairs, with how it was found."""
 
-    iterations: int  # self-learning iterations run
-    n_matches: int  # (image, text) matches the final map is fitted on
+    rounds: int  # refinement rounds run (fewer than R when a full-pool round repeated)
+    n_matches: int  # pseudo-pairs of the last Procrustes step
 
 
-def _unit_centre_unit(x: np.ndarray, name: str) -> np.ndarray:
-    """VecMap's `unit center unit`: rows to unit length, columns centred, rows to unit length
-    (a row equal to the mean stays zero)."""
-    x = metrics.l2_normalize(x, name)
-    return align.unit_or_zero(x - x.mean(axis=0))
+def prepare(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Step 1: x - mean, rows to unit length (a row at the mean stays 0)."""
+    c = np.asarray(x, dtype=np.float64) - mean
+    return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), NORM_FLOOR)
 
 
 def numerical_rank_below_2(x: np.ndarray) -> bool:
@@ -81,110 +102,113 @@ def collapsed_sides(**sides: np.ndarray) -> list[str]:
             if metrics.is_collapsed(x) or numerical_rank_below_2(x)]
 
 
-def _topk_mean(s: np.ndarray, k: int) -> np.ndarray:
-    """Mean of each row's k largest entries."""
-    n = s.shape[1]
-    return np.partition(s, n - k, axis=1)[:, n - k:].mean(axis=1)
+def hungarian_blocks(q: np.ndarray, k: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block i of q matched one-to-one to block i of k, maximising the summed scores q k^T
+    (scipy `linear_sum_assignment`, float64): (q rows, k rows), min(len(q), len(k)) pairs.
+    The caller shuffles both first."""
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = [], []
+    for lo in range(0, min(len(q), len(k)), block):
+        r, c = linear_sum_assignment(q[lo:lo + block] @ k[lo:lo + block].T, maximize=True)
+        rows.append(r + lo)
+        cols.append(c + lo)
+    return np.concatenate(rows), np.concatenate(cols)
 
 
-def _csls_matches(x: np.ndarray, z: np.ndarray, keep: float,
-                  rng: np.random.Generator, chunk: int = metrics.CHUNK
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Union of each x row's and each z row's CSLS nearest neighbour: (x indices, z indices).
-
-    CSLS(x_i, z_j) = 2 cos - r_z(x_i) - r_x(z_j), r = mean cosine of the k nearest across;
-    the argmax over j does not depend on r_z(x_i), so each direction subtracts only the other
-    side's r (as VecMap does). Each score is dropped with probability 1 - keep (never chosen).
-    """
-    k = min(CSLS_K, x.shape[0], z.shape[0])
-    r_x = np.concatenate([_topk_mean(x[lo:lo + chunk] @ z.T, k)
-                          for lo in range(0, x.shape[0], chunk)])  # r_z(x_i)
-    r_z = np.empty(z.shape[0])
-    back = np.empty(z.shape[0], dtype=np.int64)
-    for lo in range(0, z.shape[0], chunk):
-        s = z[lo:lo + chunk] @ x.T
-        r_z[lo:lo + chunk] = _topk_mean(s, k)
-        back[lo:lo + chunk] = _drop(2 * s - r_x, keep, rng).argmax(axis=1)
-    fwd = np.empty(x.shape[0], dtype=np.int64)
-    for lo in range(0, x.shape[0], chunk):
-        fwd[lo:lo + chunk] = _drop(2 * (x[lo:lo + chunk] @ z.T) - r_z, keep, rng).argmax(axis=1)
-    return (np.concatenate([np.arange(x.shape[0]), back]),
-            np.concatenate([fwd, np.arange(z.shape[0])]))
+def _subset(rng: np.random.Generator, n: int, b: int) -> np.ndarray:
+    """b distinct rows of n in random order (all n, shuffled, when n <= b)."""
+    return rng.permutation(n)[:b]
 
 
-def _drop(s: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
-    """Scores dropped (set to -inf) with probability 1 - keep, in place; none at keep = 1."""
-    if keep < 1.0:
-        s[rng.random(s.shape) >= keep] = -np.inf
-    return s
+def _kmeans_centres(x: np.ndarray, clusters: int, seed: int) -> np.ndarray:
+    """scikit-learn's k-means (k-means++, its other defaults) on one thread: the centres."""
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        km = KMeans(n_clusters=clusters, init="k-means++", random_state=seed)
+        return km.fit(x).cluster_centers_
 
 
-def initial_matches(x: np.ndarray, z: np.ndarray, rng: np.random.Generator,
-                    rows: int = INIT_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """Matches from sorted-similarity rows (step 2 of the module docstring), as row indices
-    into `x` and `z`, the normalised pools."""
-    m = min(x.shape[0], z.shape[0], rows)
-    ix = np.sort(rng.choice(x.shape[0], m, replace=False))
-    iz = np.sort(rng.choice(z.shape[0], m, replace=False))
-    desc = []
-    for pool in (x[ix], z[iz]):
-        u, s, _ = np.linalg.svd(pool, full_matrices=False)
-        d = (u * s) @ u.T  # sqrt(pool pool^T)
-        d.sort(axis=1)
-        desc.append(_unit_centre_unit(d, "descriptors"))
-    src, trg = _csls_matches(desc[0], desc[1], 1.0, rng)
-    return ix[src], iz[trg]
+def _restart(x: np.ndarray, z: np.ndarray, clusters: int, seeds: tuple[int, int, int]
+             ) -> np.ndarray:
+    """One restart of step 2 on the drawn rows: (1/C) A^T P B."""
+    a = _kmeans_centres(x, clusters, seeds[0])
+    b = _kmeans_centres(z, clusters, seeds[1])
+    return a.T @ b[qap.cka_matching(a, b, seeds[2])] / clusters
 
 
-def fit_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, *, seed: int, n_iter: int = 20,
-                 interval: int = 2, init_rows: int = INIT_ROWS) -> PairFreeMap:
+def geometric_init(x: np.ndarray, z: np.ndarray, cfg: PairFreeConfig,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Step 2: M [dx, dy] from the prepared pools. Every restart's rows and seeds are drawn
+    before any runs, so `cfg.workers` changes only the wall time."""
+    jobs = []
+    for _ in range(cfg.restarts):
+        ix, iz = _subset(rng, len(x), cfg.batch), _subset(rng, len(z), cfg.batch)
+        jobs.append((ix, iz, tuple(int(s) for s in rng.integers(0, 2 ** 31 - 1, 3))))
+    if cfg.workers == 1:
+        parts = [_restart(x[ix], z[iz], cfg.clusters, s) for ix, iz, s in jobs]
+    else:  # processes: MPOpt keeps its seed in a class attribute
+        with ProcessPoolExecutor(cfg.workers, mp_context=get_context("spawn")) as pool:
+            parts = list(pool.map(_restart, *zip(*[(x[ix], z[iz], cfg.clusters, s)
+                                                   for ix, iz, s in jobs], strict=True)))
+    return np.mean(parts, axis=0)
+
+
+def fit_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, *, seed: int,
+                 cfg: PairFreeConfig = PairFreeConfig()) -> PairFreeMap:
     """The image -> text map fitted on two unpaired pools (module docstring, steps 1-4).
 
-    pool_img: [n_img, dx], pool_txt: [n_txt, dy], dy <= dx; no row of one pool is assumed to
-    pair with any row of the other. Seeded: the initial subset and the dropped scores come
-    from `seed`, so the same inputs and seed give the same map. Raises ValueError on a pool
-    with no geometry to match (`collapsed_sides`).
+    pool_img: [n_img, dx], pool_txt: [n_txt, dy]; no row of one pool is assumed to pair with
+    any row of the other. Seeded: the same inputs, seed and config give the same map. Raises
+    ValueError on a pool with no geometry to match (`collapsed_sides`) or fewer rows than
+    clusters.
     """
     x_raw = metrics.check_matrix(pool_img, "image pool")
     z_raw = metrics.check_matrix(pool_txt, "text pool")
-    if z_raw.shape[1] > x_raw.shape[1]:
-        raise ValueError(f"text width {z_raw.shape[1]} exceeds image width {x_raw.shape[1]}; "
-                         "the map reduces images to the text width (dy <= dx)")
     bad = collapsed_sides(image_pool=x_raw, text_pool=z_raw)
     if bad:
         raise ValueError(f"{' and '.join(bad)}: collapsed (one point, or rank below 2); there "
                          "is no geometry to match without pairs")
-    if n_iter < 1 or interval < 1:
-        raise ValueError(f"n_iter = {n_iter}, interval = {interval}: both must be >= 1")
+    if min(len(x_raw), len(z_raw)) < cfg.clusters:
+        raise ValueError(f"pools of {len(x_raw)} and {len(z_raw)} rows: k-means needs at "
+                         f"least eval.pairfree.clusters = {cfg.clusters} rows a side")
     rng = np.random.default_rng(seed)
-    x, z = _unit_centre_unit(x_raw, "image pool"), _unit_centre_unit(z_raw, "text pool")
-    src, trg = initial_matches(x, z, rng, init_rows)
-    it = 0
-    while it < n_iter:
-        keep = min(1.0, KEEP_START * KEEP_FACTOR ** (it // interval))
-        w = align.procrustes(x[src], z[trg])
-        it += 1
-        new_src, new_trg = _csls_matches(x @ w, z, keep, rng)
-        settled = keep == 1.0 and np.array_equal(new_src, src) and np.array_equal(new_trg, trg)
-        src, trg = new_src, new_trg
-        if settled:
-            break
     mx, mz = x_raw.mean(axis=0), z_raw.mean(axis=0)
-    w = align.procrustes(x_raw[src] - mx, z_raw[trg] - mz)
-    return PairFreeMap(mx, mz, w, iterations=it, n_matches=len(src))
+    x, z = prepare(x_raw, mx), prepare(z_raw, mz)
+    m = geometric_init(x, z, cfg, rng)
+    ox, oz = rng.permutation(len(x)), rng.permutation(len(z))
+    r, c = hungarian_blocks(x[ox] @ m, z[oz], cfg.batch)
+    pairs_x, pairs_z = ox[r], oz[c]
+    w = align.procrustes(x[pairs_x], z[pairs_z])
+    whole = max(len(x), len(z)) <= cfg.batch
+    last = set(zip(pairs_x.tolist(), pairs_z.tolist(), strict=True))
+    done = 0
+    while done < cfg.rounds:
+        bx, bz = _subset(rng, len(x), cfg.batch), _subset(rng, len(z), cfg.batch)
+        r, c = hungarian_blocks(x[bx] @ w, z[bz], max(len(bx), len(bz)))
+        pairs_x, pairs_z = bx[r], bz[c]
+        w = align.procrustes(x[pairs_x], z[pairs_z])
+        done += 1
+        now = set(zip(pairs_x.tolist(), pairs_z.tolist(), strict=True))
+        if whole and now == last:
+            break
+        last = now
+    return PairFreeMap(mx, mz, w, rounds=done, n_matches=len(pairs_x))
 
 
 def score_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarray,
-                   test_txt: np.ndarray, *, seed: int, **fit: int) -> dict[str, float | int | str]:
+                   test_txt: np.ndarray, *, seed: int, cfg: PairFreeConfig = PairFreeConfig()
+                   ) -> dict[str, float | int | str]:
     """Fit on the pools (`fit_pairfree`, never the test pairs), score image -> text on the test
-    pairs.
+    pairs with the mapped image as the query.
 
-    Returns status ("ok" or "collapsed"), r_at_1 (image -> text, cosine, ties against the true
-    pair: `prh.align.image_to_text_recall`), foscttm (`prh.metrics.foscttm` on unit rows of the
-    mapped images and centred texts), chance_r_at_1 = 1 / n_test, chance_foscttm = 0.5,
-    iterations, n_matches and the sizes. A collapsed pool (`collapsed_sides`) is not fitted:
-    status "collapsed", `collapsed` names the sides, and the scores take the values the tie
-    convention gives when every candidate ties, r_at_1 = 0 and foscttm = 1.
+    Returns status ("ok" or "collapsed"), r_at_1 (cosine, ties against the true pair:
+    `prh.align.image_to_text_recall`), foscttm (`prh.metrics.foscttm`: midranks, ties one
+    half), chance_r_at_1 = 1 / n_test, chance_foscttm = 0.5, rounds, n_matches and the sizes.
+    A collapsed pool (`collapsed_sides`) is not fitted: status "collapsed", `collapsed` names
+    the sides, foscttm 0.5 (every candidate ties) and r_at_1 0 (a tie counts against).
     """
     test_img, test_txt = metrics.check_pair(test_img, test_txt, "test images", "test texts")
     n_test = test_img.shape[0]
@@ -196,10 +220,10 @@ def score_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndar
                           text_pool=metrics.check_matrix(pool_txt, "text pool"))
     if bad:
         return {"status": "collapsed", "collapsed": " and ".join(bad), "r_at_1": 0.0,
-                "foscttm": 1.0, "iterations": 0, "n_matches": 0, **out}
-    pmap = fit_pairfree(pool_img, pool_txt, seed=seed, **fit)
+                "foscttm": 0.5, "rounds": 0, "n_matches": 0, **out}
+    pmap = fit_pairfree(pool_img, pool_txt, seed=seed, cfg=cfg)
     hits = align.image_to_text_recall(pmap, test_img, test_txt)[1]
     f = metrics.foscttm(align.unit_or_zero(pmap.image_to_text(test_img)),
                         align.unit_or_zero(pmap.text(test_txt)))
     return {"status": "ok", "r_at_1": float(hits.mean()), "foscttm": float(f.mean()),
-            "iterations": pmap.iterations, "n_matches": pmap.n_matches, **out}
+            "rounds": pmap.rounds, "n_matches": pmap.n_matches, **out}

@@ -33,7 +33,9 @@ def mini_params(raw: dict) -> dict:
     raw["seeds"] = [0]
     f = raw["flickr30k"]
     f["train"].update(epochs=1, warmup_epochs=0, batch_size=8, eval_every=1)
-    f["eval"].update(n_resamples=200, fit_sizes=[4, 8, 11], pairfree_pool=4)
+    f["eval"].update(n_resamples=200, fit_sizes=[4, 8, 11], pairfree_pool=4,
+                     pairfree={**f["eval"]["pairfree"], "clusters": 2, "restarts": 2,
+                               "workers": 1})
     f["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
     return raw
 

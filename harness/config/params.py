@@ -19,6 +19,7 @@ from typing import Any
 from harness.config.margins import MarginError, default_margins, load_margins
 from prh.config import ARMS, dataclass_from_dict, did_you_mean
 from prh.io import ContractError, read_yaml
+from prh.pairfree import PairFreeConfig
 
 TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depends on
 
@@ -46,6 +47,7 @@ class EvalConfig:
     gallery_sizes: tuple[int, ...] = ()  # test photos per pool; the whole split is always scored
     gallery_draws: int = 5               # random pools per size below the whole split
     pairfree_pool: int = 0               # train photos per side of the pair-free pools (0: off)
+    pairfree: PairFreeConfig = field(default_factory=PairFreeConfig)  # its aligner (prh.pairfree)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -62,6 +64,9 @@ class EvalConfig:
                              f"got {self.gallery_sizes} and {self.gallery_draws}")
         if self.pairfree_pool < 0:
             raise ValueError(f"pairfree_pool = {self.pairfree_pool}: use 0 (off) or more photos")
+        if 0 < self.pairfree_pool < self.pairfree.clusters:
+            raise ValueError(f"pairfree_pool = {self.pairfree_pool} < pairfree.clusters = "
+                             f"{self.pairfree.clusters}: k-means needs a row per cluster")
         if self.n_permutations != 0 and self.n_permutations < 19:  # prh.calibrate's minimum
             raise ValueError(f"n_permutations = {self.n_permutations}: use 0 (off) or at least "
                              "19, the fewest whose smallest p-value 1/(K+1) reaches .05")

@@ -16,16 +16,16 @@ from harness.records.runfile import run_name
 from harness.records.schemas import RUN
 from harness.stages.common import add_run_args, fail, stage_parser
 from prh.io import ContractError, load_embeddings, read_json, write_json
+from prh.pairfree import PairFreeConfig, score_pairfree
 
 
-def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, params_path: Path,
-                     ids_test: np.ndarray, img_test: np.ndarray, txt_test: np.ndarray,
-                     seed: int) -> dict[str, Any]:
+def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, cfg: PairFreeConfig,
+                     params_path: Path, ids_test: np.ndarray, img_test: np.ndarray,
+                     txt_test: np.ndarray, seed: int) -> dict[str, Any]:
     """A map fitted on the first `pool` rows of the two unpaired pools (prh.pairfree), scored
     on the test pairs; {} when `pool` is 0. ContractError for pools too small, sharing a photo
     or holding a test photo."""
     from prh.align import check_disjoint
-    from prh.pairfree import score_pairfree
 
     if pool == 0:
         return {}
@@ -42,7 +42,8 @@ def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, params_path: Pa
                             f"{shared[:10]}: the pair-free pools must hold different photos; "
                             "rerun `dvc repro`")
     try:
-        return score_pairfree(pool_img[:pool], pool_txt[:pool], img_test, txt_test, seed=seed)
+        return score_pairfree(pool_img[:pool], pool_txt[:pool], img_test, txt_test, seed=seed,
+                              cfg=cfg)
     except ValueError as e:
         raise ContractError(f"{paths[0]} against {paths[1]}: {e}") from e
 
@@ -134,8 +135,8 @@ def score(args: argparse.Namespace, inp: Inputs) -> dict[str, Any]:
     except ValueError as e:
         raise ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
                             f"`dvc repro train@{args.arm}-{args.seed}`") from e
-    pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, args.params,
-                                 ids_test, img_test, txt_test, args.seed)
+    pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, ev.pairfree,
+                                 args.params, ids_test, img_test, txt_test, args.seed)
     scores.per_query["r_at_1_trainval_hit"], trainval = trainval_hits(
         args.image, args.text, img_fit, txt_fit, ids_test, img_test, txt_test)
     metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}
