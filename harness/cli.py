@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "theory": ("harness.stages.theory:main", "the theory checks (threshold grid, bound)"),
     "contamination": ("harness.stages.contamination:main",
                       "evaluation captions/images found in training"),
+    "reference": ("harness.stages.reference:main",
+                  "evaluation only: public encoders on WIT-1024 and STS-B (wit1024 section)"),
     "aggregate": ("harness.stages.aggregate:main",
                   "every run's metrics, seed spread, paired gaps"),
     "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),

@@ -459,23 +459,27 @@ def embed_images(model: nn.Module, paths: list[Path], *, image_size: int, mean: 
     if show:
         from tqdm import tqdm
         starts = tqdm(starts, desc="embed images", unit="batch", file=sys.stderr)
-    captured: list[torch.Tensor] = []
-    hooks = [blk.register_forward_hook(lambda _m, _i, out: captured.append(out[:, 0]))
-             for blk in model.blocks] if per_block else []
     rows = []
-    try:
-        with torch.no_grad():
-            for start in starts:
-                x = torch.stack([load_image(p, image_size, interpolation)
-                                 for p in paths[start:start + batch_size]])
-                out = model(normalize(x, mean, std))                    # (b, d)
-                if per_block:
-                    out = torch.stack(captured, dim=1)                  # (b, n_blocks, d)
-                    captured.clear()
-                rows.append(out.float().numpy())
-    finally:
-        for hk in hooks:
-            hk.remove()
+    with torch.no_grad():
+        for start in starts:
+            x = normalize(torch.stack([load_image(p, image_size, interpolation)
+                                       for p in paths[start:start + batch_size]]), mean, std)
+            out = cls_per_block(model, x) if per_block else model(x)   # (b, [n_blocks,] d)
+            rows.append(out.float().numpy())
     if not rows:
         raise ImageError("embed_images: no image paths given; check the split name")
     return np.concatenate(rows).astype(np.float32, copy=False)
+
+
+def cls_per_block(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(b, n_blocks, d): the CLS token of every block's output of a ViT, before the final norm
+    (platonic-rep's `blocks.{i}.add_1`), from one forward pass of `x`."""
+    captured: list[torch.Tensor] = []
+    hooks = [blk.register_forward_hook(lambda _m, _i, out: captured.append(out[:, 0]))
+             for blk in model.blocks]
+    try:
+        model(x)
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return torch.stack(captured, dim=1)

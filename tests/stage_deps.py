@@ -14,6 +14,8 @@ DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
               "harness/config/provenance.yaml": "harness/config/provenance.py",
               "reports/templates": "harness/report/render.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
+# the pipelines: the main one and the evaluation-only one (its stages run from the root)
+DVC_FILES = ("dvc.yaml", "pipelines/wit1024/dvc.yaml")
 
 
 def module_file(name: str) -> Path | None:
@@ -128,7 +130,8 @@ if __name__ == "__main__":  # print each stage's code deps, or rewrite dvc.yaml'
     import sys
 
     if sys.argv[1:] == ["--write"]:
-        print("rewrote:", ", ".join(write_dvc_yaml(ROOT / "dvc.yaml")) or "nothing")
+        for name in DVC_FILES:
+            print(f"{name}: rewrote", ", ".join(write_dvc_yaml(ROOT / name)) or "nothing")
         sys.exit(0)
     for stage in sys.argv[1:]:
         print(f"{stage}:")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stage_deps import ROOT, stage_files, stage_module
+from stage_deps import DVC_FILES, ROOT, stage_files, stage_module
 from tiny_world import copy_code, sh
 
 BIN = Path(sys.executable).parent
@@ -31,18 +31,20 @@ def missing_deps(doc: dict) -> dict[str, set[str]]:
     return out
 
 
-def read_dvc_yaml() -> dict:
-    return yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+def read_dvc_yaml(name: str = "dvc.yaml") -> dict:
+    return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
 
 
-def test_every_stage_runs_its_own_module():
-    for name, stage in read_dvc_yaml()["stages"].items():
-        assert stage["cmd"].split()[:2] == ["harness", name], name
-        assert (ROOT / stage_module(name)).is_file(), name
+@pytest.mark.parametrize("name", DVC_FILES)
+def test_every_stage_runs_its_own_module(name):
+    for stage_name, stage in read_dvc_yaml(name)["stages"].items():
+        assert stage["cmd"].split()[:2] == ["harness", stage_name], stage_name
+        assert (ROOT / stage_module(stage_name)).is_file(), stage_name
 
 
-def test_dvc_yaml_lists_each_stage_import_closure_and_data_files():
-    assert missing_deps(read_dvc_yaml()) == {}
+@pytest.mark.parametrize("name", DVC_FILES)
+def test_dvc_yaml_lists_each_stage_import_closure_and_data_files(name):
+    assert missing_deps(read_dvc_yaml(name)) == {}
 
 
 def test_a_deleted_dependency_line_is_caught():

@@ -40,7 +40,7 @@ CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
                   "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
 RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
-              "metadata")
+              "metadata", "evaluated")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = tuple(verdicts.WHY_NOT_RERUN)
@@ -52,7 +52,7 @@ METRICS = ("r_at_1", "r_at_5", _MKNN, "r_at_1_fit", "control_random_map_r_at_1",
            "parameters", "tokens", "samples", "images", "rmse", "abs_error", "bound_ratio",
            "epoch", "hyperparameter", "percent", "duration", "size_gb")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",
-              "samples", "seeds", "epochs", "variant", "measure")
+              "samples", "seeds", "epochs", "variant", "measure", "model")
 FUNCTIONS = ("mean", "min", "max", "abs")
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}

@@ -58,6 +58,9 @@ def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
         return "nothing judged: the run's own number shown beside the article's"
     if claim.kind == "theory":
         return "the theorem's numbers on the finite worlds this run draws"
+    if claim.rule == "evaluated":
+        return (f"the number of {claim.setup.get('model')} on {data}, from the reference stage's "
+                "scores of the same model on the same items")
     seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")
     return (f"the claim's number on {data}, from the {ctx.profile} run"
             + (f" ({len(seeds)} seed(s))" if seeds else ""))
@@ -78,7 +81,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
     checked too."""
     if isinstance(registry, Registry):
         ctx = Context(registry.claims, ctx.profile, ctx.results, ctx.theory, registry.relations,
-                      ctx.margins)
+                      ctx.margins, ctx.reference)
     rows = []
     for c in ctx.claims.values():
         v = RULES[c.rule](c, ctx)

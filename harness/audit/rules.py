@@ -22,6 +22,10 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 |            |                   | 255 points, the 18% ratio): informational, the rerun's own      |
 |            |                   | number beside the article's                                     |
 | not_rerun  | web_scale         | not rerun, with the reason (data, scale, compute)               |
+| evaluated  | web_scale (public | a public model's number against the reference stage's score of  |
+|            | models)           | it on the same items: within the metric's margin: reproduced;   |
+|            |                   | beyond: differs; inside its permutation null: inconclusive;     |
+|            |                   | not scored: not rerun, with the command                         |
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
 The statistics: the rerun's seeds x test pairs estimate from results.json
@@ -50,7 +54,7 @@ from harness.audit.claims import (
 from harness.audit.decide import ALPHA, at_chance, decide, estimate_of, seeds_estimate
 from harness.audit.printed import EPS, OPS, check_derived
 from harness.config.margins import DEFAULT_MARGINS
-from harness.records import names
+from harness.records import names, reference
 from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
 from harness.stats.estimators import TwoLevel
 
@@ -75,6 +79,7 @@ class Context:
     theory: Mapping[str, Any] | None = None
     relations: tuple[Relation, ...] = ()
     margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+    reference: Mapping[str, Any] | None = None  # runs/reference/wit1024.json (public models)
 
 
 
@@ -368,6 +373,46 @@ def rule_not_rerun(claim: Claim, ctx: Context) -> Verdict:
                    + (f" ({setup})" if setup else ""), {})
 
 
+def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
+    """A public model's number against the reference stage's score of the same model on the same
+    items (runs/reference/wit1024.json): a deterministic evaluation, so the paper's number and
+    the rerun's differ only by the protocol's free choices (precision, TF32, padding, the
+    clipping mode), not by sampling. reproduced: |rerun - claim| <= the metric's margin
+    (harness.config.margins); differs: beyond it. A best-layer score inside its permutation null
+    (p > alpha) is at chance: no verdict. The interval over the WIT items is shown, not used:
+    the paper scored the same 1,024 items. Not scored: not rerun, with the command."""
+    model, ref = claim.setup.get("model"), claim.setup.get("reference")
+    entry = reference.lookup(ctx.reference, model, ref, claim.metric)
+    if entry is None:
+        what = f"{model} against {ref}" if ref and claim.metric != reference.STS_METRIC \
+            else str(model)
+        return Verdict("not rerun", not_rerun(claim.why_not_rerun or "compute", (
+            f"{what} not scored; list it in params.yaml's wit1024 section and run `dvc repro "
+            "pipelines/wit1024/dvc.yaml` (README, \"Public encoders on WIT-1024\")")), {})
+    sts = claim.metric == reference.STS_METRIC
+    run = float(entry["spearman"] if sts else entry["best"])
+    margin = _margin(claim, claim.metric, ctx)
+    evidence: dict[str, Any] = {"claim": claim.scalar(), "run": run, "margin": margin,
+                                "model": model, "reference": None if sts else ref}
+    if not sts:
+        cal = entry.get("calibrated") or {}
+        evidence.update({"layer_pair": entry["pair"], "calibrated": cal,
+                         "item_interval": entry.get("interval")})
+        if cal and cal["p_value"] > cal["alpha"]:
+            return Verdict("inconclusive", f"at chance: {model}'s best-layer score {run:.4f} is "
+                           f"inside its permutation null (p = {cal['p_value']:.3f} > "
+                           f"{cal['alpha']}), evidence of nothing", evidence)
+    if margin is None:
+        return Verdict("informational", f"no audit.margin for {claim.metric}: rerun {run:.4f} "
+                       f"beside the claim's {claim.printed}", evidence)
+    gap = run - claim.scalar()
+    shown = (f"rerun {run:.4f} on the same items, claim {claim.scalar():.4f}, difference "
+             f"{gap:+.4f}, margin {margin:g}" + ("" if sts else f", layers {entry['pair']}"))
+    if abs(gap) <= margin:
+        return Verdict("reproduced", f"within the margin ({shown})", evidence)
+    return Verdict("differs", f"beyond the margin ({shown})", evidence)
+
+
 def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
     return Verdict("not rerun", not_rerun("metadata", "describes a setup or a count; nothing to "
                                           "measure"), {})
@@ -376,6 +421,6 @@ def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
 RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
     "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
     "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
-    "metadata": rule_metadata,
+    "metadata": rule_metadata, "evaluated": rule_evaluated,
 }
 assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

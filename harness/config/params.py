@@ -25,7 +25,8 @@ TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depen
 
 PROFILES = ("world", "flickr30k")
 SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination")
-TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES)  # every key params.yaml may hold
+EVAL_ONLY = ("wit1024",)  # evaluation-only profiles, each one section (harness.config.reference)
+TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES, *EVAL_ONLY)  # every top-level key
 AUDIT_KEYS = ("margin",)
 
 

@@ -50,4 +50,5 @@ THEORY = Schema("prh.theory", 1, "theory")  # runs/theory.json
 PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
+REFERENCE = Schema("prh.reference", 1, "reference")  # runs/reference/wit1024.json
 DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

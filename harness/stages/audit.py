@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.params import load_params
-from harness.records.schemas import RESULTS, THEORY, Schema
+from harness.records.schemas import REFERENCE, RESULTS, THEORY, Schema
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
 
 
-def read_optional(path: Path, schema: Schema) -> Any:
+def read_optional(path: Path | None, schema: Schema) -> Any:
     """A pipeline file's content checked against its schema, or None when that stage has not
-    written it."""
-    return schema.check(read_json(path), str(path)) if path.exists() else None
+    written it (or no path is given)."""
+    return schema.check(read_json(path), str(path)) if path and path.exists() else None
 
 
 def data_label(profile: str, results: Any) -> str:
@@ -40,10 +40,12 @@ def main(argv: list[str]) -> int:
 
     parser = stage_parser("audit", main.__doc__)
     parser.add_argument("--claims", type=Path, required=True, help="claims registry (YAML)")
-    parser.add_argument("--results", type=Path, required=True, help="aggregate's results JSON")
-    parser.add_argument("--theory", type=Path, required=True, help="theory stage's JSON")
-    parser.add_argument("--contamination", type=Path, required=True,
-                        help="contamination stage's JSON")
+    parser.add_argument("--results", type=Path, help="aggregate's results JSON")
+    parser.add_argument("--theory", type=Path, help="theory stage's JSON")
+    parser.add_argument("--contamination", type=Path, help="contamination stage's JSON")
+    parser.add_argument("--reference", type=Path, help="the reference stage's scores of public "
+                        "encoders (runs/reference/wit1024.json); absent: their claims are not "
+                        "rerun")
     parser.add_argument("--out", type=Path, required=True, help="audit JSON")
     parser.add_argument("--fail-on", default="", help="exit 1 when one of these occurs "
                         "(comma-separated: differs, arithmetic, ambiguous, inconclusive, "
@@ -59,11 +61,13 @@ def main(argv: list[str]) -> int:
         doc = audit(registry, Context(registry.claims, data_label(params.profile, results),
                                       results,
                                       read_optional(args.theory, THEORY),
-                                      margins=params.margins))
+                                      margins=params.margins,
+                                      reference=read_optional(args.reference, REFERENCE)))
     except ContractError as e:
         return fail(e)
-    inputs = [args.claims, args.results, args.theory, args.contamination, args.params]
-    doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p.exists()}
+    inputs = [args.claims, args.results, args.theory, args.contamination, args.reference,
+              args.params]
+    doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p and p.exists()}
     write_json(args.out, doc)
     for verdict, count in doc["summary"].items():
         print(f"{verdict:<38} {count}")

@@ -1,0 +1,165 @@
+"""params.yaml's `wit1024` section: the evaluation-only profile (`harness reference`) that scores
+public encoders from the user's local copies on WIT-1024 and STS-B. Nothing trains; the section
+is read and checked whole, paths included, before any model loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.params import ParamsError, _unknown, load_params
+from prh.calibrate import MIN_PERMUTATIONS
+from prh.features import DTYPES, PRECISIONS
+from prh.io import read_yaml
+from prh.layers import CLIP_MODES
+
+SECTION = "wit1024"
+
+
+@dataclass(frozen=True)
+class TextEncoder:
+    """A transformers folder; `name` is what the registry's claims call it (setup.model)."""
+
+    name: str
+    path: Path
+    precision: str = "float32"
+
+
+@dataclass(frozen=True)
+class VisionEncoder:
+    """A timm architecture and the user's weights; `name` as the registry's setup.reference."""
+
+    name: str
+    timm: str
+    weights: Path
+    image_size: int | None = None  # None: the model's own (DINOv2: 518)
+    precision: str = "float32"
+
+
+@dataclass(frozen=True)
+class ReferenceConfig:
+    """The section's knobs; defaults are platonic-rep's and the calibrated-similarity paper
+    runner's (provenance.yaml, `wit1024`)."""
+
+    data: Path
+    text: tuple[TextEncoder, ...]
+    vision: tuple[VisionEncoder, ...]
+    stsb: Path | None = None
+    caption_idx: int = 0
+    n_rows: int = 1024
+    k: int = 10
+    q_outlier: float = 0.95
+    clip_mode: str = "per_sample"
+    n_permutations: int = 500
+    alpha: float = 0.05
+    seed: int = 0
+    n_resamples: int = 10_000
+    ci_level: float = 0.95
+    batch_size: int = 32
+    device: str = "cuda"
+
+
+KEYS = ("data", "text", "vision", "stsb", "caption_idx", "n_rows", "k", "q_outlier",
+        "clip_mode", "n_permutations", "alpha", "seed", "n_resamples", "ci_level",
+        "batch_size", "device")
+
+
+def _int(sec: dict[str, Any], key: str, default: int, lo: int, where: str) -> int:
+    v = sec.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ParamsError(f"{where}.{key}: expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _frac(sec: dict[str, Any], key: str, default: float, where: str, closed: bool) -> float:
+    v = sec.get(key, default)
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1 + closed * 1e-12
+    if not ok or (not closed and v >= 1):
+        raise ParamsError(f"{where}.{key}: expected a fraction in (0, {1 if closed else '1)'}"
+                          f"{']' if closed else ''}, got {v!r}")
+    return float(v)
+
+
+def _encoders(raw: Any, where: str, cls: type, keys: tuple[str, ...],
+              required: tuple[str, ...]) -> tuple[Any, ...]:
+    if not isinstance(raw, list):
+        raise ParamsError(f"{where}: expected a list of mappings with {list(required)}")
+    out, names = [], set()
+    for i, rec in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(rec, dict):
+            raise ParamsError(f"{at}: expected a mapping with {list(required)}, got {rec!r}")
+        _unknown(rec, keys, f"{at}: ", Path(where.split(":")[0]))
+        missing = [k for k in required if not rec.get(k)]
+        if missing:
+            raise ParamsError(f"{at}: missing {missing}")
+        if rec["name"] in names:
+            raise ParamsError(f"{at}: name {rec['name']!r} listed twice")
+        names.add(rec["name"])
+        precision = rec.get("precision", "float32")
+        allowed = PRECISIONS if cls is TextEncoder else tuple(DTYPES)
+        if precision not in allowed:
+            raise ParamsError(f"{at}.precision: {precision!r}, choose one of {list(allowed)}")
+        vals = {k: rec[k] for k in keys if k in rec}
+        for k in ("path", "weights"):
+            if k in vals:
+                vals[k] = Path(vals[k])
+        size = vals.get("image_size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 14):
+            raise ParamsError(f"{at}.image_size: expected null or an integer >= 14, got {size!r}")
+        out.append(cls(**vals))
+    return tuple(out)
+
+
+def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
+    """The `wit1024` section, checked whole; the rest of params.yaml is validated too."""
+    path = Path(path)
+    load_params(path)
+    raw = read_yaml(path, "run from the repository root or pass --params")
+    where = f"{path}: {SECTION}"
+    sec = raw.get(SECTION)
+    if not isinstance(sec, dict):
+        raise ParamsError(f"{where}: the section is missing; the repository's params.yaml "
+                          "shows every key")
+    _unknown(sec, KEYS, f"{SECTION}: ", path)
+    if not sec.get("data"):
+        raise ParamsError(f"{where}.data: the WIT-1024 folder is not set")
+    clip_mode = sec.get("clip_mode", "per_sample")
+    if clip_mode not in CLIP_MODES:
+        raise ParamsError(f"{where}.clip_mode: {clip_mode!r}, choose one of {list(CLIP_MODES)}")
+    n_perm = _int(sec, "n_permutations", 500, 0, where)
+    if 0 < n_perm < MIN_PERMUTATIONS:
+        raise ParamsError(f"{where}.n_permutations = {n_perm}: use 0 (off) or at least "
+                          f"{MIN_PERMUTATIONS}, the fewest whose smallest p-value reaches .05")
+    text = _encoders(sec.get("text", []), f"{where}.text", TextEncoder,
+                     ("name", "path", "precision"), ("name", "path"))
+    vision = _encoders(sec.get("vision", []), f"{where}.vision", VisionEncoder,
+                       ("name", "timm", "weights", "image_size", "precision"),
+                       ("name", "timm", "weights"))
+    if not text or not vision:
+        raise ParamsError(f"{where}: list at least one text and one vision encoder")
+    n_rows = _int(sec, "n_rows", 1024, 2, where)
+    k = _int(sec, "k", 10, 1, where)
+    if k >= n_rows - 1:
+        raise ParamsError(f"{where}.k = {k}: mutual k-NN needs k < n_rows - 1 = {n_rows - 1}")
+    device = sec.get("device", "cuda")
+    if not isinstance(device, str) or not device:
+        raise ParamsError(f"{where}.device: expected a torch device name such as cuda or cpu")
+    return ReferenceConfig(
+        data=Path(sec["data"]), text=text, vision=vision,
+        stsb=Path(sec["stsb"]) if sec.get("stsb") else None,
+        caption_idx=_int(sec, "caption_idx", 0, 0, where), n_rows=n_rows, k=k,
+        q_outlier=_frac(sec, "q_outlier", 0.95, where, closed=True), clip_mode=clip_mode,
+        n_permutations=n_perm, alpha=_frac(sec, "alpha", 0.05, where, closed=False),
+        seed=_int(sec, "seed", 0, 0, where), n_resamples=_int(sec, "n_resamples", 10_000, 1, where),
+        ci_level=_frac(sec, "ci_level", 0.95, where, closed=False),
+        batch_size=_int(sec, "batch_size", 32, 1, where), device=device)
+
+
+def missing_paths(cfg: ReferenceConfig) -> list[str]:
+    """Every data folder, model folder and weights path the section names that is not there."""
+    paths = [cfg.data, *(t.path for t in cfg.text), *(v.weights for v in cfg.vision)]
+    paths += [cfg.stsb] if cfg.stsb else []
+    return [str(p) for p in paths if not p.exists()]

@@ -1,0 +1,72 @@
+"""runs/reference/wit1024.json (schema prh.reference/1): public encoders scored without training,
+and the lookups the audit makes in it. One writer (harness.stages.reference), one reader here.
+
+    {"schema": "prh.reference/1",
+     "data": {"path", "n", "caption_idx", "sha256"},
+     "protocol": {"language", "vision", "clip": {"q", "mode"}, "score", "null", "k"},
+     "text": {NAME: {path, class, precision, parameters, max_length, tokens_mean, n_truncated,
+                     layers}},
+     "vision": {NAME: {timm, weights, image_size, precision, layers, parameters}},
+     "alignment": {"TEXT|VISION|METRIC": {text, vision, metric, k, best, pair: [text layer,
+                   vision layer], scores: [[...]], calibrated: {raw, threshold, p_value,
+                   calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
+                   interval: {lo, hi, level, method, resamples, n_resamples} | null}},
+     "sts": {NAME: {spearman, n, path}}}
+
+METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
+pair, the pair held fixed: it says how much the number depends on which 1,024 items were drawn,
+not how far another run on the same items can land (the paper scored the same items).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.records.schemas import REFERENCE
+from prh.config import mknn_name
+from prh.io import ContractError, read_json, write_json
+
+# the registry's metric names -> (prh.layers metric, k)
+WIT_METRICS: dict[str, tuple[str, int | None]] = {
+    "wit_mknn10": ("mutual_knn", 10), "wit_mknn10_clip": ("mutual_knn", 10),
+    "wit_cka": ("cka", None)}
+STS_METRIC = "sts_spearman"
+
+
+def metric_key(metric: str, k: int | None) -> str:
+    """`mknn{k}` for mutual k-NN, the metric's own name otherwise."""
+    return mknn_name(k) if metric == "mutual_knn" else metric
+
+
+def pair_key(text: str, vision: str, metric: str, k: int | None) -> str:
+    return f"{text}|{vision}|{metric_key(metric, k)}"
+
+
+def write_reference(path: str | Path, doc: Mapping[str, Any]) -> None:
+    write_json(path, {"schema": str(REFERENCE), **doc})
+
+
+def read_reference(path: str | Path) -> dict[str, Any]:
+    """The document, checked for its schema; ContractError names the file and the stage."""
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError) as e:
+        raise ContractError(f"{path}: cannot read the reference scores ({e}); rerun "
+                            "`harness reference`") from e
+    return REFERENCE.check(doc, str(path), "reference (harness reference)")
+
+
+def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | None,
+           claim_metric: str) -> dict[str, Any] | None:
+    """The scored entry a claim about `model` (and its vision `reference`) on `claim_metric`
+    reads: an alignment entry, or {"spearman", ...} for STS-B; None when it was not scored."""
+    if not doc or not model:
+        return None
+    if claim_metric == STS_METRIC:
+        return doc.get("sts", {}).get(model)
+    if claim_metric not in WIT_METRICS or not reference:
+        return None
+    metric, k = WIT_METRICS[claim_metric]
+    return doc.get("alignment", {}).get(pair_key(model, reference, metric, k))

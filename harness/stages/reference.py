@@ -1,0 +1,175 @@
+"""Stage `reference` (evaluation only, the `wit1024` section): every listed public text encoder
+against every listed vision encoder on WIT-1024 by the platonic-rep protocol (prh.features,
+prh.layers), best layer pair and its max-over-pairs calibration, the item interval, and STS-B
+for every text encoder. Everything is checked (section, paths, data) before a model loads."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.config.reference import ReferenceConfig, load_reference, missing_paths
+from harness.records.reference import metric_key, pair_key, write_reference
+from harness.stages.common import fail, stage_parser
+from prh.features import FeatureError
+from prh.io import ContractError
+from prh.sts import Sts, StsError, read_sts
+from prh.wit import Wit, WitError, read_wit
+
+PROTOCOL = {
+    "language": "mask-weighted mean over tokens of every hidden state, embedding output "
+                "included; position ids from the attention mask",
+    "vision": "CLS token after every block, before the final norm, at the model's input size",
+    "score": "each layer L2-normalised; max over all (text layer, vision layer) pairs",
+    "null": "one row permutation per draw applied to every vision layer, the same max "
+            "(calibrated-similarity calibrate_layers, agg max)",
+    "sts": "cosine of the mean-pooled last hidden state, Spearman against the gold scores"}
+
+
+def _digest(wit: Wit) -> str:
+    h = hashlib.sha256()
+    for text, image in zip(wit.texts, wit.images, strict=True):
+        h.update(text.encode())
+        h.update(hashlib.sha256(image).digest())
+    return h.hexdigest()[:16]
+
+
+def _free() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _vision(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from prh.features import load_vision_model, vision_features
+    from prh.layers import clip_outliers
+
+    images = wit.decoded()
+    feats, infos = {}, {}
+    for v in cfg.vision:
+        start = time.perf_counter()
+        model, info = load_vision_model(v.timm, v.weights, v.image_size, v.precision, cfg.device)
+        x = vision_features(model, images, image_size=info["image_size"],
+                            batch_size=cfg.batch_size, device=cfg.device)
+        feats[v.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
+        infos[v.name] = {**info, "seconds": round(time.perf_counter() - start, 2)}
+        print(f"reference: {v.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} images "
+              f"in {infos[v.name]['seconds']:.1f} s")
+        del model
+        _free()
+    return feats, infos
+
+
+def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+    from prh.features import language_features, load_language_model
+    from prh.layers import clip_outliers
+    from prh.sts import spearman
+
+    feats, infos, sts_out = {}, {}, {}
+    for t in cfg.text:
+        start = time.perf_counter()
+        lm = load_language_model(t.path, t.precision, cfg.device)
+        x, how = language_features(lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device)
+        feats[t.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
+        infos[t.name] = {**lm.info, **how, "seconds": round(time.perf_counter() - start, 2)}
+        print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} texts "
+              f"in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
+              f"{lm.max_length} tokens)")
+        if sts is not None:
+            def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
+                return language_features(lm, texts, batch_size=cfg.batch_size,
+                                         device=cfg.device)[0][:, -1]
+            rho = spearman(sts, last_layer)
+            sts_out[t.name] = {"spearman": rho, "n": int(len(sts.scores)), "path": str(cfg.stsb)}
+            print(f"reference: {t.name}: STS-B Spearman {rho:.4f} over {len(sts.scores)} pairs")
+        del lm
+        _free()
+    return feats, infos, sts_out
+
+
+def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
+           vision: dict[str, np.ndarray]) -> dict[str, Any]:
+    from harness.stats.estimators import bootstrap_ci
+    from prh import calibrate
+    from prh.layers import LayerAlignment
+
+    out = {}
+    for tname, x in text.items():
+        for vname, y in vision.items():
+            for metric in ("mutual_knn", "cka"):
+                k = cfg.k if metric == "mutual_knn" else None
+                la = LayerAlignment(x, y, metric, cfg.k)
+                obs = la.observed()
+                cal = None
+                if cfg.n_permutations:
+                    null = la.null(calibrate.permutations(la.n, cfg.n_permutations, cfg.seed))
+                    cal = calibrate.calibrate(obs.best, null, alpha=cfg.alpha)
+                interval = None
+                if obs.per_item is not None:
+                    ci = bootstrap_ci(obs.per_item, level=cfg.ci_level,
+                                      n_resamples=cfg.n_resamples, seed=cfg.seed)
+                    interval = {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
+                                "resamples": "the WIT items, at the best layer pair",
+                                "n_resamples": ci.n_resamples}
+                out[pair_key(tname, vname, metric, k)] = {
+                    "text": tname, "vision": vname, "metric": metric_key(metric, k), "k": k,
+                    "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
+                    "calibrated": cal, "interval": interval}
+                shown = f", calibrated {cal['calibrated']:.4f} (p {cal['p_value']:.4f})" \
+                    if cal else ""
+                print(f"reference: {tname} x {vname}: {metric_key(metric, k)} {obs.best:.4f} at "
+                      f"layers {obs.pair}{shown}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """Score every text encoder of params.yaml's `wit1024` section against every vision encoder
+    on WIT-1024 (and STS-B when `stsb` is set); write the scores to --out."""
+    parser = stage_parser("reference", main.__doc__)
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the scores JSON (runs/reference/wit1024.json)")
+    parser.add_argument("--check", action="store_true",
+                        help="check the section, the paths and the data; load no model")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_reference(args.params)
+        missing = missing_paths(cfg)
+        if missing:
+            raise ContractError("missing input(s) named in the wit1024 section:\n  "
+                                + "\n  ".join(missing) + "\nDownload them once (README, "
+                                "\"Public encoders on WIT-1024\") and run again")
+        if cfg.device.startswith("cuda"):
+            import torch
+            if not torch.cuda.is_available():
+                raise ContractError(f"{args.params}: wit1024.device is {cfg.device!r} and no "
+                                    "CUDA device is visible; set it to cpu for a CPU run")
+        wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows)
+        sts = read_sts(cfg.stsb) if cfg.stsb else None
+    except (ContractError, WitError, StsError) as e:
+        return fail(e)
+    print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
+          + (f", {len(sts.scores)} STS-B pairs" if sts else ""))
+    if args.check:
+        return 0
+    try:
+        vision, vision_info = _vision(cfg, wit)
+        text, text_info, sts_out = _text(cfg, wit, sts)
+    except FeatureError as e:
+        return fail(e)
+    doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
+                    "sha256": _digest(wit)},
+           "protocol": {**PROTOCOL, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
+                        "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
+                        "seed": cfg.seed},
+           "text": text_info, "vision": vision_info,
+           "alignment": _align(cfg, text, vision), "sts": sts_out}
+    write_reference(args.out, doc)
+    return 0
