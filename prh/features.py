@@ -1,7 +1,7 @@
 """Every-layer features of public encoders from the user's local copies, by the platonic-rep
 protocol (minyoungg/platonic-rep@dcd76ba `extract_features.py`), never downloaded at run time.
 
-- Language (`language_features`): a transformers folder (`huggingface-cli download NAME
+- Language (`language_features`): a transformers folder (`hf download NAME
   --local-dir DIR` or `save_pretrained`), loaded with `local_files_only`. Features: the
   mask-weighted mean over tokens of every entry of `hidden_states`, embedding output included,
   [n, L + 1, d]. Position ids are built from the attention mask (cumsum - 1), so a text's
@@ -32,7 +32,7 @@ from torch import nn
 
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DOWNLOAD_FIX = ("download it once with `huggingface-cli download NAME --local-dir DIR` (or "
+DOWNLOAD_FIX = ("download it once with `hf download NAME --local-dir DIR` (or "
                 "`save_pretrained(DIR)`) and name DIR in params.yaml")
 
 
@@ -156,11 +156,11 @@ def _weights_file(path: Path) -> Path:
             if (path / name).is_file():
                 return path / name
         raise FeatureError(f"{path}: no model.safetensors or pytorch_model.bin in the folder; "
-                           "download the timm weights with `huggingface-cli download "
+                           "download the timm weights with `hf download "
                            "timm/NAME --local-dir DIR`")
     if not path.is_file():
         raise FeatureError(f"{path}: weights not found; download the timm weights with "
-                           "`huggingface-cli download timm/NAME --local-dir DIR`")
+                           "`hf download timm/NAME --local-dir DIR`")
     return path
 
 

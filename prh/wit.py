@@ -4,7 +4,7 @@ user's copy and checked on arrival, before any model runs.
 
 Two layouts are read, both with the columns `image` (a struct of encoded `bytes` and a `path`)
 and `text` (a list of strings per row):
-- the parquet files of `huggingface-cli download minhuh/prh --repo-type dataset --revision
+- the parquet files of `hf download minhuh/prh --repo-type dataset --revision
   wit_1024 --local-dir DIR` (every `*.parquet` under DIR, in sorted path order), or one file;
 - a `datasets.Dataset.save_to_disk` folder (`state.json` naming its Arrow stream files).
 Each row's text at `caption_idx` is scored (platonic-rep's default 0). Every row must have a
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 N_ROWS = 1024
-FIX = ("download it with `huggingface-cli download minhuh/prh --repo-type dataset --revision "
+FIX = ("download it with `hf download minhuh/prh --repo-type dataset --revision "
        "wit_1024 --local-dir DIR` and name DIR in params.yaml")
 
 

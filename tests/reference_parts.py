@@ -49,7 +49,7 @@ def wit_rows(n: int, seed: int = 0) -> tuple[list[bytes], list[list[str]]]:
 
 
 def write_wit_parquet(folder: Path, n: int, seed: int = 0) -> Path:
-    """The layout of `huggingface-cli download minhuh/prh --revision wit_1024`:
+    """The layout of `hf download minhuh/prh --revision wit_1024`:
     data/train-00000-of-00001.parquet with `image` {bytes, path} and `text` list<string>."""
     images, texts = wit_rows(n, seed)
     table = pa.table({

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("prh", "harness")
 # data files read by a module at run time -> the module that reads them
 DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
+              "harness/audit/rerun_paths.yaml": "harness/audit/paths.py",
               "harness/config/provenance.yaml": "harness/config/provenance.py",
               "reports/templates": "harness/report/render.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage

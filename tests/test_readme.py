@@ -134,6 +134,10 @@ RULES: list[tuple[str, Callable[[Path, str], str | None]]] = [
     (r"dvc queue start", lambda r, c: options_in_help(r, c, "dvc queue start --help")),
     (r"dvc (exp show|metrics show|metrics diff|plots show|push|remote add)", ran),
     (r"git (add|commit) ", ran),
+    (r"hf download ", lambda r, c: options_in_help(r, c, "hf download --help")),
+    (r"harness reference ", lambda r, c: options_in_help(r, c, "harness reference --help")),
+    (r"dvc repro pipelines/wit1024/dvc\.yaml$",
+     lambda r, c: ran(r, "dvc stage list pipelines/wit1024/dvc.yaml")),
 ]
 
 
@@ -157,8 +161,8 @@ def repo(tmp_path_factory) -> Path:
     """A scratch clone after a finished world run: the code, the fixture's run files with
     their DVC metrics and plots files, a lock file, two commits."""
     repo = tmp_path_factory.mktemp("readme")
-    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "params.yaml", ".dvc/config",
-                 ".dvc/.gitignore"):
+    for item in ("prh", "harness", "reports/templates", "dvc.yaml", "pipelines", "params.yaml",
+                 ".dvc/config", ".dvc/.gitignore"):
         (repo / item).parent.mkdir(parents=True, exist_ok=True)
         copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy2
         copy(ROOT / item, repo / item)

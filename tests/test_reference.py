@@ -234,9 +234,9 @@ def test_a_bfloat16_rerun_stays_inside_the_evaluated_margin(parts):
 
 
 def test_model_folders_that_cannot_load_say_what_to_download(tmp_path):
-    with pytest.raises(features.FeatureError, match="no config.json.*huggingface-cli download"):
+    with pytest.raises(features.FeatureError, match="no config.json.*hf download"):
         features.load_language_model(tmp_path)
-    with pytest.raises(features.FeatureError, match="weights not found.*huggingface-cli"):
+    with pytest.raises(features.FeatureError, match="weights not found.*hf"):
         features.load_vision_model("vit_small_patch14_dinov2", tmp_path / "absent.safetensors")
     with pytest.raises(features.FeatureError, match="precision 'fp8'"):
         features.load_language_model(minilm_dir(), "fp8")
@@ -277,7 +277,7 @@ def test_wit_errors_name_the_file_and_the_row(tmp_path):
     with pytest.raises(wit.WitError, match=r"row 1: text\[0\] is empty"):
         wit.read_wit(_bad_wit(tmp_path / "c", images, empty), n_rows=4)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(wit.WitError, match="no parquet files.*huggingface-cli download minhuh"):
+    with pytest.raises(wit.WitError, match="no parquet files.*hf download minhuh"):
         wit.read_wit(tmp_path / "empty")
 
 
@@ -391,3 +391,53 @@ def test_the_evaluated_rule(parts):
     assert verdict(0.118 - 1.1 * m) == "differs"
     assert verdict(0.118, p=0.3) == "inconclusive"
     assert math.isclose(claim.scalar(), 0.118)
+
+
+def _ranking_doc(per_item: dict[tuple[str, str], np.ndarray]) -> dict:
+    return {"alignment": {f"{t}|{v}|mknn10": {"text": t, "vision": v, "metric": "mknn10",
+                                               "best": float(x.mean()), "per_item": x.tolist()}
+                          for (t, v), x in per_item.items()}}
+
+
+def _ranking(per_item) -> str:
+    from harness.audit.rules import rule_ranking
+
+    reg = load_registry("harness/audit/claims.yaml")
+    claim = reg.claims["text_ranking_per_reference"]
+    return rule_ranking(claim, Context(reg.claims, "wit1024",
+                                       reference=_ranking_doc(per_item))).verdict
+
+
+def overlaps(rng, mean: float, n: int = 1024) -> np.ndarray:
+    """Per-item mutual 10-NN overlaps: a count out of 10 per item."""
+    return rng.binomial(10, mean, n) / 10
+
+
+def test_the_ranking_rule_on_planted_orders():
+    rng = np.random.default_rng(0)
+    same = {("a", "dino"): overlaps(rng, .20), ("b", "dino"): overlaps(rng, .10),
+            ("a", "clip"): overlaps(rng, .25), ("b", "clip"): overlaps(rng, .12)}
+    assert _ranking(same) == "pattern seen on another profile"
+    swapped = {**same, ("b", "clip"): overlaps(rng, .35)}
+    assert _ranking(swapped) == "pattern not seen on another profile"
+    tied = {k: overlaps(rng, .15) for k in same}
+    assert _ranking(tied) == "inconclusive"
+    assert _ranking({("a", "dino"): same[("a", "dino")],
+                     ("b", "dino"): same[("b", "dino")]}) == "not rerun"
+
+
+def test_the_ranking_rule_rarely_calls_a_swap_that_is_not_there_and_finds_one_that_is():
+    """40 draws of two text encoders under two references at 1,024 items and the shipped
+    resamples: with no true gap a swap needs both 95% intervals clear of 0 in opposite
+    directions (about 2 x .025^2 = .1% a draw); a true swap of .03 each way (the gap's se over
+    1,024 items is about .005, so 6 se) is found nearly always."""
+    rng = np.random.default_rng(1)
+    false_swaps = found = 0
+    for _ in range(40):
+        null = {(t, v): overlaps(rng, .15) for t in "ab" for v in ("dino", "clip")}
+        false_swaps += _ranking(null) == "pattern not seen on another profile"
+        planted = {("a", "dino"): overlaps(rng, .18), ("b", "dino"): overlaps(rng, .15),
+                   ("a", "clip"): overlaps(rng, .15), ("b", "clip"): overlaps(rng, .18)}
+        found += _ranking(planted) == "pattern not seen on another profile"
+    assert false_swaps <= 1  # binomial(40, .001): P(X >= 2) < 1e-3
+    assert found >= 38

@@ -173,3 +173,26 @@ def test_the_prepare_stage_warnings_reach_the_first_page(pipeline, tmp_path):
     first = html[:html.index("Claims audit")]
     assert f"<b>data check</b>: {summary}: test split: 998 photos, Karpathy&#39;s has 1,000" \
         in first
+
+
+def test_the_first_page_says_what_rerunning_the_rest_costs(pipeline, doc: dict):
+    """Every claim the world run does not measure on its own data sits under one rerun path;
+    the public-model claims under the evaluation-only pipeline with their downloads."""
+    from harness.audit.paths import ELSEWHERE, load_paths
+
+    paths = doc["rerun_paths"]
+    listed = [c for p in paths.values() for c in p["claims"]]
+    assert sorted(listed) == sorted(r["id"] for r in doc["claims"]
+                                    if r["verdict"] in ELSEWHERE and r["rerun_path"])
+    assert len(listed) == len(set(listed))
+    assert "t3_qwen72b_wit" in paths["wit1024"]["claims"]
+    assert "Qwen/Qwen2.5-72B (145 GB in bf16)" in paths["wit1024"]["models"]
+    assert "t3_good_wit" in paths["unavailable"]["claims"]
+    models = {c.setup["model"] for c in load_registry().claims.values() if "model" in c.setup}
+    assert models <= set(load_paths()["models"])  # every model's download size is known
+    ctx = ReportPaths(pipeline / "results.json", pipeline / "align", pipeline / "theory.json",
+                      pipeline / "contamination.json", pipeline / "audit.json",
+                      pipeline / "params.yaml", pipeline / "provenance.json")
+    first = (html := render(build_context(ctx)))[:html.index("Claims audit")]
+    assert "What it costs to rerun the claims this run does not measure" in first
+    assert "dvc repro pipelines/wit1024/dvc.yaml" in first and "11.5 A100-hours" in first

@@ -12,6 +12,7 @@ from harness.audit.claims import (
     Registry,
 )
 from harness.audit.decide import at_chance
+from harness.audit.paths import ELSEWHERE, path_of, rerun_paths
 from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
@@ -90,8 +91,9 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "metric": c.metric, "setup": dict(c.setup), "printed": c.printed,
                      "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
                      "evidence_for": evidence_for(c, v.verdict, ctx), "registry_line": c.line,
-                     "evidence": dict(v.evidence)})
+                     "evidence": dict(v.evidence),
+                     "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None})
     checks = arithmetic_checks(ctx)
     return {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
             "arithmetic": checks, "at_chance": at_chance(ctx.results),
-            "summary": summarize(rows, checks)}
+            "rerun_paths": rerun_paths(ctx.claims, rows), "summary": summarize(rows, checks)}

@@ -26,6 +26,8 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 |            | models)           | it on the same items: within the metric's margin: reproduced;   |
 |            |                   | beyond: differs; inside its permutation null: inconclusive;     |
 |            |                   | not scored: not rerun, with the command                         |
+| ranking    | web_scale         | the text encoders' order under every vision reference scored:   |
+|            |                   | pattern seen / not seen (a swap with item intervals clear of 0) |
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
 The statistics: the rerun's seeds x test pairs estimate from results.json
@@ -413,6 +415,58 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     return Verdict("differs", f"beyond the margin ({shown})", evidence)
 
 
+RANKING_RESAMPLES = 2000  # paired item bootstraps per pair of text encoders and reference
+
+
+def rule_ranking(claim: Claim, ctx: Context) -> Verdict:
+    """"The text-side ranking holds whichever vision encoder is the reference", judged on the
+    encoders the reference stage scored (never the paper's own models: a pattern seen or not
+    seen). Per reference and pair of text encoders, the paired gap of their best-layer scores
+    with a 95% bootstrap interval over the WIT items (each at its own best pair). not seen:
+    some pair separated in opposite directions under two references; seen: no reversal and
+    every pair separated under some reference; else inconclusive."""
+    from harness.stats.estimators import paired_bootstrap_diff
+
+    refs = reference.by_reference(ctx.reference, claim.metric)
+    texts = sorted(set.intersection(*(set(t) for t in refs.values()))) if refs else []
+    if len(refs) < 2 or len(texts) < 2:
+        return Verdict("not rerun", not_rerun("compute", (
+            f"needs at least 2 text and 2 vision encoders scored on {claim.metric}; the scores "
+            f"hold {len(texts)} text and {len(refs)} vision (list more in params.yaml's wit1024 "
+            "section and run `dvc repro pipelines/wit1024/dvc.yaml`)")), {})
+    signs: dict[tuple[str, str], dict[str, int]] = {}
+    gaps = []
+    for vision, by_text in sorted(refs.items()):
+        for i, a in enumerate(texts):
+            for b in texts[i + 1:]:
+                gap, ci = paired_bootstrap_diff(by_text[a]["per_item"], by_text[b]["per_item"],
+                                                n_resamples=RANKING_RESAMPLES, seed=0)
+                sign = 1 if ci.lo > 0 else -1 if ci.hi < 0 else 0
+                signs.setdefault((a, b), {})[vision] = sign
+                gaps.append({"vision": vision, "a": a, "b": b, "gap": gap,
+                             "ci": [ci.lo, ci.hi], "method": ci.method})
+    orders = {v: sorted(texts, key=lambda t: -by_text[t]["best"]) for v, by_text in refs.items()}
+    evidence = {"orders": orders, "gaps": gaps, "references": sorted(refs), "texts": texts,
+                "paper_references": claim.scalar()}
+    names = f"{len(texts)} text encoders ({', '.join(texts)}) under {len(refs)} references " \
+            f"({', '.join(sorted(refs))})"
+    flipped = [pair for pair, by in signs.items() if {1, -1} <= set(by.values())]
+    if flipped:
+        a, b = flipped[0]
+        return Verdict("pattern not seen on another profile", (
+            f"{a} and {b} swap places between references (95% item intervals of the gap on "
+            f"opposite sides of 0); {names}; not the paper's models"), evidence)
+    open_pairs = [pair for pair, by in signs.items() if not any(by.values())]
+    if open_pairs:
+        a, b = open_pairs[0]
+        return Verdict("inconclusive", (
+            f"{a} and {b} cannot be separated under any reference (every 95% item interval of "
+            f"the gap contains 0); {names}"), evidence)
+    return Verdict("pattern seen on another profile", (
+        f"no pair of text encoders swaps places between references; {names}; not the paper's "
+        "models"), evidence)
+
+
 def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
     return Verdict("not rerun", not_rerun("metadata", "describes a setup or a count; nothing to "
                                           "measure"), {})
@@ -421,6 +475,6 @@ def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
 RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
     "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
     "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
-    "metadata": rule_metadata, "evaluated": rule_evaluated,
+    "metadata": rule_metadata, "evaluated": rule_evaluated, "ranking": rule_ranking,
 }
 assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

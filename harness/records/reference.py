@@ -10,7 +10,8 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "alignment": {"TEXT|VISION|METRIC": {text, vision, metric, k, best, pair: [text layer,
                    vision layer], scores: [[...]], calibrated: {raw, threshold, p_value,
                    calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
-                   interval: {lo, hi, level, method, resamples, n_resamples} | null}},
+                   interval: {lo, hi, level, method, resamples, n_resamples} | null,
+                   per_item: [n] | null (mutual k-NN at the best pair, in item order)}},
      "sts": {NAME: {spearman, n, path}}}
 
 METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
@@ -56,6 +57,17 @@ def read_reference(path: str | Path) -> dict[str, Any]:
         raise ContractError(f"{path}: cannot read the reference scores ({e}); rerun "
                             "`harness reference`") from e
     return REFERENCE.check(doc, str(path), "reference (harness reference)")
+
+
+def by_reference(doc: Mapping[str, Any] | None, claim_metric: str
+                 ) -> dict[str, dict[str, dict[str, Any]]]:
+    """vision encoder -> text encoder -> its alignment entry on `claim_metric` (a WIT metric)."""
+    metric, k = WIT_METRICS[claim_metric]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in (doc or {}).get("alignment", {}).values():
+        if entry["metric"] == metric_key(metric, k):
+            out.setdefault(entry["vision"], {})[entry["text"]] = entry
+    return out
 
 
 def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | None,

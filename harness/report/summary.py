@@ -205,7 +205,19 @@ def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | Non
             "headlines": headline_rows(audit, results) if audit else [],
             "chance": chance_sentences(audit) if audit else [],
             "arithmetic": arithmetic_findings(audit) if audit else [],
-            "counts": {k: v for k, v in counts.items() if v}}
+            "counts": {k: v for k, v in counts.items() if v},
+            "paths": path_rows(audit) if audit else []}
+
+
+PATH_ORDER = ("wit1024", "flickr30k", "unavailable")  # cheapest first
+
+
+def path_rows(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The audit's rerun paths (harness.audit.paths), cheapest first, each with its claim count
+    and the models it would download."""
+    paths = audit.get("rerun_paths") or {}
+    return [{"name": name, "n": len(p["claims"]), **p}
+            for name, p in sorted(paths.items(), key=lambda kv: _rank(kv[0], PATH_ORDER))]
 
 
 VERDICT_RANK = ("differs", "arithmetic fails", "inconclusive", "inconclusive (underpowered)",

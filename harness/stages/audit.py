@@ -58,11 +58,12 @@ def main(argv: list[str]) -> int:
             check_params_hash(results, params.hash, str(args.results))
         fail_on = parse_fail_on(args.fail_on)
         registry = load_registry(args.claims)
-        doc = audit(registry, Context(registry.claims, data_label(params.profile, results),
-                                      results,
+        scores = read_optional(args.reference, REFERENCE)
+        profile = "wit1024" if results is None and scores else data_label(params.profile,
+                                                                          results)
+        doc = audit(registry, Context(registry.claims, profile, results,
                                       read_optional(args.theory, THEORY),
-                                      margins=params.margins,
-                                      reference=read_optional(args.reference, REFERENCE)))
+                                      margins=params.margins, reference=scores))
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.reference,

@@ -9,17 +9,18 @@ import gc
 import hashlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.config.reference import ReferenceConfig, load_reference, missing_paths
 from harness.records.reference import metric_key, pair_key, write_reference
 from harness.stages.common import fail, stage_parser
-from prh.features import FeatureError
 from prh.io import ContractError
-from prh.sts import Sts, StsError, read_sts
-from prh.wit import Wit, WitError, read_wit
+
+if TYPE_CHECKING:  # the stage imports torch and scipy only once it runs (`--help` stays fast)
+    from harness.config.reference import ReferenceConfig
+    from prh.sts import Sts
+    from prh.wit import Wit
 
 PROTOCOL = {
     "language": "mask-weighted mean over tokens of every hidden state, embedding output "
@@ -122,7 +123,8 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
                 out[pair_key(tname, vname, metric, k)] = {
                     "text": tname, "vision": vname, "metric": metric_key(metric, k), "k": k,
                     "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
-                    "calibrated": cal, "interval": interval}
+                    "calibrated": cal, "interval": interval,
+                    "per_item": None if obs.per_item is None else obs.per_item.tolist()}
                 shown = f", calibrated {cal['calibrated']:.4f} (p {cal['p_value']:.4f})" \
                     if cal else ""
                 print(f"reference: {tname} x {vname}: {metric_key(metric, k)} {obs.best:.4f} at "
@@ -139,6 +141,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true",
                         help="check the section, the paths and the data; load no model")
     args = parser.parse_args(argv)
+    from harness.config.reference import load_reference, missing_paths
+    from prh.features import FeatureError
+    from prh.sts import StsError, read_sts
+    from prh.wit import WitError, read_wit
+
     try:
         cfg = load_reference(args.params)
         missing = missing_paths(cfg)
