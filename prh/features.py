@@ -117,9 +117,11 @@ def load_language_model(path: str | Path, precision: str = "float32",
 
 
 def language_features(lm: LanguageModel, texts: Sequence[str], *, batch_size: int = 32,
-                      device: str = "cpu") -> tuple[np.ndarray, dict[str, Any]]:
-    """float32 [n, L + 1, d] (module docstring) and how it was made: tokens per text, how many
-    texts were cut at max_length."""
+                      device: str = "cpu", last_only: bool = False
+                      ) -> tuple[np.ndarray, dict[str, Any]]:
+    """float32 [n, L + 1, d] (module docstring), or [n, 1, d] of the last hidden state with
+    `last_only` (mean pooling for STS-B and retrieval: 30,000 captions of every layer of a 72B
+    model would not fit), and how it was made: tokens per text, texts cut at max_length."""
     tok, model = lm.tokenizer, lm.model
     enc = tok(list(texts), truncation=True, max_length=lm.max_length)
     lengths = np.array([len(ids) for ids in enc["input_ids"]])
@@ -138,7 +140,7 @@ def language_features(lm: LanguageModel, texts: Sequence[str], *, batch_size: in
             if takes_positions:
                 kw["position_ids"] = (mask.long().cumsum(1) - 1).clamp(min=0)
             hidden = model(**kw, output_hidden_states=True).hidden_states
-            h = torch.stack(hidden, dim=1).float()                  # [b, L + 1, t, d]
+            h = torch.stack(hidden[-1:] if last_only else hidden, dim=1).float()  # [b, L', t, d]
             m = mask[:, None, :, None].float()
             feats = ((h * m).sum(2) / m.sum(2)).cpu().numpy()
             for row, i in enumerate(idx):
@@ -183,6 +185,10 @@ def load_vision_model(timm_name: str, weights: str | Path, image_size: int | Non
     if not hasattr(model, "blocks"):
         raise FeatureError(f"{timm_name}: not a ViT with .blocks; the protocol reads the CLS "
                            "token after every transformer block")
+    if getattr(model, "cls_token", None) is None:  # token 0 would be a register or a patch
+        raise FeatureError(f"{timm_name}: has no CLS token (pooled by {model.global_pool!r}); "
+                           "the protocol reads the CLS token after every block, so this model "
+                           "(I-JEPA, SigLIP, the gap ViTs) is not scored by it")
     size = image_size or model.pretrained_cfg["input_size"][-1]
     info = {"timm": timm_name, "weights": str(file), "identity": identity(file),
             "image_size": int(size),

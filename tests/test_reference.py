@@ -241,6 +241,13 @@ def test_model_folders_that_cannot_load_say_what_to_download(tmp_path):
         features.load_vision_model("vit_small_patch14_dinov2", tmp_path / "absent.safetensors")
     with pytest.raises(features.FeatureError, match="precision 'fp8'"):
         features.load_language_model(minilm_dir(), "fp8")
+    import timm
+    from safetensors.torch import save_file
+
+    gap = timm.create_model("vit_wee_patch16_reg1_gap_256", pretrained=False, num_classes=0)
+    save_file(gap.state_dict(), str(tmp_path / "gap.safetensors"))
+    with pytest.raises(features.FeatureError, match="has no CLS token .pooled by 'avg'"):
+        features.load_vision_model("vit_wee_patch16_reg1_gap_256", tmp_path / "gap.safetensors")
 
 
 # ------------------------------------------------------------------ WIT-1024 and STS-B files
@@ -368,6 +375,9 @@ def test_the_stage_checks_everything_before_a_model_loads(parts, tmp_path, capsy
     assert stage.main(["--params", params, "--out", str(tmp_path / "o.json")]) == 2
     assert f"missing input(s) named in the wit1024 section:\n  {tmp_path / 'gone'}" in \
         capsys.readouterr().err
+    params = _params(tmp_path, parts)
+    assert stage.main(["--params", params, "--out", str(tmp_path / "o.json"), "--check"]) == 0
+    assert "reference: 64 WIT items" in capsys.readouterr().out
     params = _params(tmp_path, parts, clip_mode="exact", device="cuda")
     assert stage.main(["--params", params, "--out", str(tmp_path / "o.json")]) == 2
     assert "wit1024.clip_mode: 'exact', choose one of ['per_sample', 'global']" in \
@@ -446,3 +456,49 @@ def test_the_ranking_rule_rarely_calls_a_swap_that_is_not_there_and_finds_one_th
         found += _ranking(planted) == "pattern not seen on another profile"
     assert false_swaps <= 1  # binomial(100, .001): P(X >= 2) = .005
     assert found >= 95
+
+
+def test_table_3s_flickr_column_with_the_30k_pair_map(parts, tmp_path):
+    """With `flickr` set: each text encoder's mean-pooled first captions of every train, val and
+    test photo against the image stage's embeddings; R@1 of the map fitted on train + val equals
+    prh.align's on the same rows, a text side wider than the images is skipped with the reason,
+    and the audit reads the score for the Flickr claim of that model. Images 40 wide and 104
+    fit pairs: the tiny Qwen's 32-wide map is well posed (fewer pairs than dimensions would
+    leave it to rounding noise)."""
+    from flickr_mini import build
+
+    from prh.align import fit_procrustes, image_to_text_recall
+    from prh.data import load_karpathy
+    from prh.io import save_embeddings
+
+    raw = build(tmp_path / "flickr", n_train=96, n_val=8, n_test=8)
+    corpus, rng = load_karpathy(raw / "dataset.json"), np.random.default_rng(0)
+    image_dir = tmp_path / "image"
+    images = {}
+    for split in ("train", "val", "test"):
+        photos = corpus.split(split)
+        images[split] = rng.standard_normal((len(photos), 40)).astype(np.float32)
+        save_embeddings(image_dir / f"{split}.npz", [p.id for p in photos], images[split])
+    params = _params(tmp_path, parts, flickr={"dataset": str(raw / "dataset.json"),
+                                              "image": str(image_dir)}, n_permutations=0)
+    out = tmp_path / "wit1024.json"
+    assert stage.main(["--params", params, "--out", str(out)]) == 0
+    flickr = read_reference(out)["flickr"]
+    assert flickr["minilm"] == {"skipped": "text width 384 exceeds the image width 40: the map "
+                                           "reduces images to the text width"}
+    got = flickr["Qwen/Qwen2.5-0.5B"]
+    assert got["n_pairs"] == 104 and got["n_test"] == 8 and got["chance"] == 1 / 8
+
+    lm = features.load_language_model(parts["qwen"])
+    txt = {s: features.language_features(lm, [p.captions[0] for p in corpus.split(s)],
+                                         last_only=True)[0][:, 0] for s in images}
+    pmap = fit_procrustes(np.concatenate([images["train"], images["val"]]),
+                          np.concatenate([txt["train"], txt["val"]]))
+    assert got["r_at_1"] == image_to_text_recall(pmap, images["test"], txt["test"])[1].mean()
+
+    reg = load_registry("harness/audit/claims.yaml")
+    doc = {"flickr": {"sentence-transformers/all-mpnet-base-v2": got}}
+    row = {r["id"]: r for r in audit(reg, Context(reg.claims, "world", reference=doc))["claims"]}
+    assert row["t3_mpnet_flickr_r1"]["verdict"] != "not rerun"
+    assert row["t3_mpnet_flickr_r1"]["evidence"]["n_pairs"] == 104
+    assert row["t3_clip_flickr_r1"]["verdict"] == "not rerun"

@@ -381,22 +381,23 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     the rerun's differ only by the protocol's free choices (precision, TF32, padding, the
     clipping mode), not by sampling. reproduced: |rerun - claim| <= the metric's margin
     (harness.config.margins); differs: beyond it. A best-layer score inside its permutation null
-    (p > alpha) is at chance: no verdict. The interval over the WIT items is shown, not used:
-    the paper scored the same 1,024 items. Not scored: not rerun, with the command."""
+    (p > alpha), or a Flickr30k R@1 whose interval reaches 1/n, is at chance: no verdict. The
+    interval over the WIT items is shown, not used: the paper scored the same 1,024 items. Not
+    scored: not rerun, with the command."""
     model, ref = claim.setup.get("model"), claim.setup.get("reference")
     entry = reference.lookup(ctx.reference, model, ref, claim.metric)
     if entry is None:
-        what = f"{model} against {ref}" if ref and claim.metric != reference.STS_METRIC \
+        what = f"{model} against {ref}" if ref and claim.metric in reference.WIT_METRICS \
             else str(model)
         return Verdict("not rerun", not_rerun(claim.why_not_rerun or "compute", (
             f"{what} not scored; list it in params.yaml's wit1024 section and run `dvc repro "
             "pipelines/wit1024/dvc.yaml` (README, \"Public encoders on WIT-1024\")")), {})
-    sts = claim.metric == reference.STS_METRIC
-    run = float(entry["spearman"] if sts else entry["best"])
+    wit = claim.metric in reference.WIT_METRICS
+    run = reference.value(entry)
     margin = _margin(claim, claim.metric, ctx)
     evidence: dict[str, Any] = {"claim": claim.scalar(), "run": run, "margin": margin,
-                                "model": model, "reference": None if sts else ref}
-    if not sts:
+                                "model": model, "reference": ref if wit else None}
+    if wit:
         cal = entry.get("calibrated") or {}
         evidence.update({"layer_pair": entry["pair"], "calibrated": cal,
                          "item_interval": entry.get("interval")})
@@ -404,12 +405,19 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
             return Verdict("inconclusive", f"at chance: {model}'s best-layer score {run:.4f} is "
                            f"inside its permutation null (p = {cal['p_value']:.3f} > "
                            f"{cal['alpha']}), evidence of nothing", evidence)
+    if "chance" in entry:  # Flickr30k R@1: its interval over the test pairs against 1/n
+        evidence.update({"ci": [entry["interval"]["lo"], entry["interval"]["hi"]],
+                         "n_pairs": entry["n_pairs"], "chance": entry["chance"]})
+        if entry["interval"]["lo"] <= entry["chance"]:
+            return Verdict("inconclusive", f"at chance: {model}'s R@1 {run:.4f} has an interval "
+                           f"reaching 1/n = {entry['chance']:.4f}, evidence of nothing",
+                           evidence)
     if margin is None:
         return Verdict("informational", f"no audit.margin for {claim.metric}: rerun {run:.4f} "
                        f"beside the claim's {claim.printed}", evidence)
     gap = run - claim.scalar()
     shown = (f"rerun {run:.4f} on the same items, claim {claim.scalar():.4f}, difference "
-             f"{gap:+.4f}, margin {margin:g}" + ("" if sts else f", layers {entry['pair']}"))
+             f"{gap:+.4f}, margin {margin:g}" + (f", layers {entry['pair']}" if wit else ""))
     if abs(gap) <= margin:
         return Verdict("reproduced", f"within the margin ({shown})", evidence)
     return Verdict("differs", f"beyond the margin ({shown})", evidence)

@@ -15,6 +15,7 @@ from prh.io import read_yaml
 from prh.layers import CLIP_MODES
 
 SECTION = "wit1024"
+FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,15 @@ class VisionEncoder:
 
 
 @dataclass(frozen=True)
+class FlickrMap:
+    """Table 3's last column: Flickr30k R@1 of a map fitted on every train pair and the val
+    pairs (29,000 + 1,014), from the flickr30k profile's Karpathy file and image stage."""
+
+    dataset: Path
+    image: Path
+
+
+@dataclass(frozen=True)
 class ReferenceConfig:
     """The section's knobs; defaults are platonic-rep's and the calibrated-similarity paper
     runner's (provenance.yaml, `wit1024`)."""
@@ -46,6 +56,7 @@ class ReferenceConfig:
     text: tuple[TextEncoder, ...]
     vision: tuple[VisionEncoder, ...]
     stsb: Path | None = None
+    flickr: FlickrMap | None = None
     caption_idx: int = 0
     n_rows: int = 1024
     k: int = 10
@@ -60,7 +71,7 @@ class ReferenceConfig:
     device: str = "cuda"
 
 
-KEYS = ("data", "text", "vision", "stsb", "caption_idx", "n_rows", "k", "q_outlier",
+KEYS = ("data", "text", "vision", "stsb", "flickr", "caption_idx", "n_rows", "k", "q_outlier",
         "clip_mode", "n_permutations", "alpha", "seed", "n_resamples", "ci_level",
         "batch_size", "device")
 
@@ -144,12 +155,18 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
     k = _int(sec, "k", 10, 1, where)
     if k >= n_rows - 1:
         raise ParamsError(f"{where}.k = {k}: mutual k-NN needs k < n_rows - 1 = {n_rows - 1}")
+    flickr = sec.get("flickr")
+    if flickr is not None:
+        if not isinstance(flickr, dict) or set(flickr) != {"dataset", "image"}:
+            raise ParamsError(f"{where}.flickr: expected null or {{dataset: the Karpathy JSON, "
+                              f"image: the flickr30k image stage's folder}}, got {flickr!r}")
+        flickr = FlickrMap(Path(flickr["dataset"]), Path(flickr["image"]))
     device = sec.get("device", "cuda")
     if not isinstance(device, str) or not device:
         raise ParamsError(f"{where}.device: expected a torch device name such as cuda or cpu")
     return ReferenceConfig(
         data=Path(sec["data"]), text=text, vision=vision,
-        stsb=Path(sec["stsb"]) if sec.get("stsb") else None,
+        stsb=Path(sec["stsb"]) if sec.get("stsb") else None, flickr=flickr,
         caption_idx=_int(sec, "caption_idx", 0, 0, where), n_rows=n_rows, k=k,
         q_outlier=_frac(sec, "q_outlier", 0.95, where, closed=True), clip_mode=clip_mode,
         n_permutations=n_perm, alpha=_frac(sec, "alpha", 0.05, where, closed=False),
@@ -162,4 +179,6 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     """Every data folder, model folder and weights path the section names that is not there."""
     paths = [cfg.data, *(t.path for t in cfg.text), *(v.weights for v in cfg.vision)]
     paths += [cfg.stsb] if cfg.stsb else []
+    if cfg.flickr:
+        paths += [cfg.flickr.dataset, *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS)]
     return [str(p) for p in paths if not p.exists()]

@@ -12,7 +12,9 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                    calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
                    interval: {lo, hi, level, method, resamples, n_resamples} | null,
                    per_item: [n] | null (mutual k-NN at the best pair, in item order)}},
-     "sts": {NAME: {spearman, n, path}}}
+     "sts": {NAME: {spearman, n, path}},
+     "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, interval, pooling, pairs} |
+                      {skipped: why}}}
 
 METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
 pair, the pair held fixed: it says how much the number depends on which 1,024 items were drawn,
@@ -34,6 +36,8 @@ WIT_METRICS: dict[str, tuple[str, int | None]] = {
     "wit_mknn10": ("mutual_knn", 10), "wit_mknn10_clip": ("mutual_knn", 10),
     "wit_cka": ("cka", None)}
 STS_METRIC = "sts_spearman"
+FLICKR_METRIC = "r_at_1"  # a claim on it with setup.dataset flickr30k: the 30k-pair map's R@1
+VALUE_KEYS = ("best", "spearman", "r_at_1")  # an entry's number, by kind of entry
 
 
 def metric_key(metric: str, k: int | None) -> str:
@@ -78,7 +82,15 @@ def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | No
         return None
     if claim_metric == STS_METRIC:
         return doc.get("sts", {}).get(model)
+    if claim_metric == FLICKR_METRIC:
+        entry = doc.get("flickr", {}).get(model)
+        return entry if entry and "r_at_1" in entry else None
     if claim_metric not in WIT_METRICS or not reference:
         return None
     metric, k = WIT_METRICS[claim_metric]
     return doc.get("alignment", {}).get(pair_key(model, reference, metric, k))
+
+
+def value(entry: Mapping[str, Any]) -> float:
+    """The number an entry holds: a best-layer score, a Spearman or an R@1."""
+    return float(next(entry[k] for k in VALUE_KEYS if k in entry))

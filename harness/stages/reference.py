@@ -1,7 +1,8 @@
 """Stage `reference` (evaluation only, the `wit1024` section): every listed public text encoder
 against every listed vision encoder on WIT-1024 by the platonic-rep protocol (prh.features,
 prh.layers), best layer pair and its max-over-pairs calibration, the item interval, and STS-B
-for every text encoder. Everything is checked (section, paths, data) before a model loads."""
+for every text encoder, and Flickr30k R@1 with the 30k-pair map when `flickr` is set.
+Everything is checked (section, paths, data) before a model loads."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ PROTOCOL = {
     "score": "each layer L2-normalised; max over all (text layer, vision layer) pairs",
     "null": "one row permutation per draw applied to every vision layer, the same max "
             "(calibrated-similarity calibrate_layers, agg max)",
-    "sts": "cosine of the mean-pooled last hidden state, Spearman against the gold scores"}
+    "sts": "cosine of the mean-pooled last hidden state, Spearman against the gold scores",
+    "flickr": "the mean-pooled last hidden state of each photo's first caption; Procrustes "
+              "fitted on every train and val pair, image -> text R@1 on the test pairs"}
 
 
 def _digest(wit: Wit) -> str:
@@ -68,13 +71,60 @@ def _vision(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict
     return feats, infos
 
 
-def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None
-          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+def read_flickr(cfg: ReferenceConfig) -> dict[str, tuple[list[str], np.ndarray]] | None:
+    """Per split (train, val, test): the evaluation captions (each photo's first, as the train
+    stage's) and the image stage's embeddings of the same photos, ids checked; None when
+    `wit1024.flickr` is not set."""
+    if cfg.flickr is None:
+        return None
+    from harness.config.reference import FLICKR_SPLITS
+    from harness.stages.train import eval_captions
+    from prh.data import load_karpathy
+    from prh.io import check_same_ids, load_embeddings
+
+    corpus = load_karpathy(cfg.flickr.dataset)
+    out = {}
+    for split in FLICKR_SPLITS:
+        photos = corpus.split(split)
+        path = cfg.flickr.image / f"{split}.npz"
+        ids, emb, _ = load_embeddings(path)
+        check_same_ids(ids, np.array([p.id for p in photos]), str(path),
+                       f"{cfg.flickr.dataset} ({split})")
+        out[split] = (eval_captions(photos), emb)
+    return out
+
+
+def _flickr(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
+    """Table 3's last column for one text encoder: R@1 on the test pairs of a map fitted on
+    every train pair and the val pairs (prh.align, ties against the true pair), with its
+    interval over the test pairs."""
+    from harness.stats.estimators import bootstrap_ci
+    from prh.align import fit_procrustes, image_to_text_recall
+
+    (tr_txt, tr_img), (va_txt, va_img), (te_txt, te_img) = (flickr[s] for s in
+                                                            ("train", "val", "test"))
+    txt = [encode(t) for t in (tr_txt, va_txt, te_txt)]
+    if txt[0].shape[1] > tr_img.shape[1]:
+        return {"skipped": f"text width {txt[0].shape[1]} exceeds the image width "
+                           f"{tr_img.shape[1]}: the map reduces images to the text width"}
+    pmap = fit_procrustes(np.concatenate([tr_img, va_img]), np.concatenate(txt[:2]))
+    hits = image_to_text_recall(pmap, te_img, txt[2])[1]
+    ci = bootstrap_ci(hits, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    return {"r_at_1": float(hits.mean()), "n_pairs": len(tr_txt) + len(va_txt),
+            "n_test": len(te_txt), "chance": 1 / len(te_txt),
+            "interval": {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
+                         "resamples": "the test pairs", "n_resamples": ci.n_resamples},
+            "pooling": "mean of the last hidden state over the attention mask",
+            "pairs": "every train photo and every val photo with its first caption"}
+
+
+def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any] | None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any], dict[str, Any]]:
     from prh.features import language_features, load_language_model
     from prh.layers import clip_outliers
     from prh.sts import spearman
 
-    feats, infos, sts_out = {}, {}, {}
+    feats, infos, sts_out, flickr_out = {}, {}, {}, {}
     for t in cfg.text:
         start = time.perf_counter()
         lm = load_language_model(t.path, t.precision, cfg.device)
@@ -84,16 +134,20 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None
         print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} texts "
               f"in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
               f"{lm.max_length} tokens)")
+        def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
+            return language_features(lm, texts, batch_size=cfg.batch_size, device=cfg.device,
+                                     last_only=True)[0][:, 0]
         if sts is not None:
-            def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
-                return language_features(lm, texts, batch_size=cfg.batch_size,
-                                         device=cfg.device)[0][:, -1]
             rho = spearman(sts, last_layer)
             sts_out[t.name] = {"spearman": rho, "n": int(len(sts.scores)), "path": str(cfg.stsb)}
             print(f"reference: {t.name}: STS-B Spearman {rho:.4f} over {len(sts.scores)} pairs")
+        if flickr is not None:
+            flickr_out[t.name] = got = _flickr(cfg, last_layer, flickr)
+            print(f"reference: {t.name}: Flickr30k " + (got.get("skipped") or (
+                f"R@1 {got['r_at_1']:.4f} with the {got['n_pairs']}-pair map")))
         del lm
         _free()
-    return feats, infos, sts_out
+    return feats, infos, sts_out, flickr_out
 
 
 def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
@@ -160,15 +214,17 @@ def main(argv: list[str]) -> int:
                                     "CUDA device is visible; set it to cpu for a CPU run")
         wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows)
         sts = read_sts(cfg.stsb) if cfg.stsb else None
+        flickr = read_flickr(cfg)
     except (ContractError, WitError, StsError) as e:
         return fail(e)
     print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
-          + (f", {len(sts.scores)} STS-B pairs" if sts else ""))
+          + (f", {len(sts.scores)} STS-B pairs" if sts else "")
+          + (f", {sum(len(f[0]) for f in flickr.values())} Flickr30k photos" if flickr else ""))
     if args.check:
         return 0
     try:
         vision, vision_info = _vision(cfg, wit)
-        text, text_info, sts_out = _text(cfg, wit, sts)
+        text, text_info, sts_out, flickr_out = _text(cfg, wit, sts, flickr)
     except FeatureError as e:
         return fail(e)
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
@@ -177,6 +233,6 @@ def main(argv: list[str]) -> int:
                         "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
                         "seed": cfg.seed},
            "text": text_info, "vision": vision_info,
-           "alignment": _align(cfg, text, vision), "sts": sts_out}
+           "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out}
     write_reference(args.out, doc)
     return 0
