@@ -527,3 +527,64 @@ def test_a_same_model_rerun_at_bf16_lands_inside_the_margin_at_wit_scale():
     assert worst["mutual_knn"] <= EVALUATED_MARGINS["wit_mknn10"] / 2
     assert worst["cka"] <= EVALUATED_MARGINS["wit_cka"] / 10
     assert worst["mutual_knn"] > 2e-4  # bf16 does move neighbours: the check can fail
+
+
+def test_trained_arms_on_sts_b_by_seed_and_their_verdicts(parts, tmp_path):
+    """`arms`: every ARM-sSEED folder of the train stage scored on STS-B with its own encoder,
+    grouped by arm; the audit compares a flickr30k-trained arm's seeds with the claim and calls
+    an arm trained on the world's captions not comparable."""
+    from test_train import tiny_cfg, toy_photos  # the toy corpus and config of the loop tests
+
+    from harness.audit.rules import rule_sts_arm
+    from prh.encode_text import load_text_encoder
+    from prh.tokenizer import train_tokenizer
+    from prh.train import train_text_encoder
+
+    photos = toy_photos()
+    tok = train_tokenizer([c for p in photos for c in p.captions], vocab_size=120)
+    runs = tmp_path / "text"
+    for seed in (0, 1):
+        folder = runs / f"good-s{seed}"
+        train_text_encoder(tiny_cfg(epochs=1, seed=seed), photos, tok, folder)
+        (folder / "run.json").write_text(json.dumps({"arm": "good", "seed": seed,
+                                                     "profile": "world"}))
+    sts_file = tmp_path / "sts.tsv"
+    sts_file.write_text("sentence1\tsentence2\tscore\n" + "".join(
+        f"a {c} dog runs\tthe {c} dog is {p}\t{s}\n"
+        for c, p, s in (("red", "here", 4), ("blue", "in a park", 3), ("green", "away", 1),
+                        ("white", "at home", 2), ("black", "outside", 5))))
+    params = _params(tmp_path, parts, stsb=str(sts_file), arms=str(runs), n_permutations=0)
+    out = tmp_path / "wit1024.json"
+    assert stage.main(["--params", params, "--out", str(out)]) == 0
+    block = read_reference(out)["sts_arms"]["good"]
+    data = sts.read_sts(sts_file)
+    assert block["profile"] == "world" and block["n"] == 5
+    assert block["values"]["1"] == sts.spearman(data, load_text_encoder(runs / "good-s1"))
+
+    claims = _registry().claims
+
+    def verdict(doc):
+        return rule_sts_arm(claims["sts_flickr_good"], Context(claims, "world",
+                                                               reference=doc)).verdict
+    assert verdict({"sts_arms": {"good": block}}) == "not comparable"
+    flickr = {**block, "profile": "flickr30k", "n": 1379}
+    assert verdict({"sts_arms": {"good": flickr}}) == "inconclusive (underpowered)"
+    near = {**flickr, "values": {"0": .578, "1": .580, "2": .579}}
+    assert verdict({"sts_arms": {"good": near}}) == "reproduced"
+    far = {**flickr, "values": {"0": .50, "1": .501, "2": .499}}
+    assert verdict({"sts_arms": {"good": far}}) == "differs"
+    assert verdict({}) == "not rerun"
+
+
+def test_mean_pooling_equals_sentence_transformers_on_minilm():
+    """The peer library on shared inputs: sentence-transformers' all-MiniLM-L6-v2 pipeline
+    (Transformer, mean Pooling, Normalize) gives our last-layer mean pooling, normalised, to
+    float32 rounding (1e-5 over 384 dims)."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["a red ball on the grass", "two dogs run along a beach near the old harbour",
+             "a man rides a bike"]
+    peer = SentenceTransformer(str(minilm_dir()), device="cpu").encode(texts)
+    lm = features.load_language_model(minilm_dir())
+    ours = metrics.l2_normalize(features.language_features(lm, texts, last_only=True)[0][:, 0])
+    np.testing.assert_allclose(ours, peer, atol=1e-5)

@@ -40,7 +40,7 @@ CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
                   "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
 RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
-              "metadata", "evaluated", "ranking")
+              "metadata", "evaluated", "ranking", "sts_arm")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = tuple(verdicts.WHY_NOT_RERUN)

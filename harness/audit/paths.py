@@ -26,6 +26,8 @@ def path_of(claim: Claim) -> str | None:
         return None
     if claim.rule in ("evaluated", "ranking"):
         return "wit1024"
+    if claim.rule == "sts_arm" and claim.setup.get("scale") == "flickr":
+        return "flickr30k"
     if claim.setup.get("dataset") == "flickr30k" and claim.setup.get("scale") == "flickr" \
             and not claim.setup.get("variant"):
         return "flickr30k"

@@ -26,6 +26,9 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 |            | models)           | it on the same items: within the metric's margin: reproduced;   |
 |            |                   | beyond: differs; inside its permutation null: inconclusive;     |
 |            |                   | not scored: not rerun, with the command                         |
+| sts_arm    | web_scale (STS-B  | a trained arm's STS-B Spearman over its seeds (t interval from  |
+|            | of trained arms)  | 3 seeds) by the `measured` equivalence rule; other profile: not |
+|            |                   | comparable                                                      |
 | ranking    | web_scale         | the text encoders' order under every vision reference scored:   |
 |            |                   | pattern seen / not seen (a swap with item intervals clear of 0) |
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
@@ -423,6 +426,39 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     return Verdict("differs", f"beyond the margin ({shown})", evidence)
 
 
+STS_ARM_PROFILE = {"flickr": "flickr30k"}  # a claim's scale -> the profile that trains it
+
+
+def rule_sts_arm(claim: Claim, ctx: Context) -> Verdict:
+    """STS-B of a trained arm (runs/reference/wit1024.json `sts_arms`, one Spearman per seed)
+    against the claim: the mean over seeds with its t interval (harness.audit.decide.
+    seeds_estimate: training variance from 3 seeds; Spearman has no per-pair outcomes, so
+    below 3 seeds no interval), by `decide` within the metric's margin. Arms trained on another
+    profile's captions than the claim's are not comparable."""
+    arm = claim.setup.get("arm", "")
+    block = ((ctx.reference or {}).get("sts_arms") or {}).get(arm)
+    want = STS_ARM_PROFILE.get(str(claim.setup.get("scale")))
+    if block is None:
+        return Verdict("not rerun", not_rerun("data", (
+            f"no STS-B score of a trained {arm} arm; set params.yaml's wit1024.arms to runs/text "
+            f"and wit1024.stsb after the {want or 'matching'} profile's run, then `dvc repro "
+            "pipelines/wit1024/dvc.yaml`")), {})
+    shown = {"values": block["values"], "profile": block["profile"], "n": block["n"]}
+    if block["profile"] != want:
+        return Verdict("not comparable", (
+            f"the {arm} runs were trained on the {block['profile']} profile's captions; the "
+            f"claim is about encoders trained at scale {claim.setup.get('scale')} "
+            f"({want or 'no profile of this tool'})"), shown)
+    est = seeds_estimate(block, int(block["n"]), proportion=False)
+    if est is None:
+        return Verdict("inconclusive (underpowered)", (
+            f"{len(block['values'])} seed(s) {block['values']} and no per-pair values: no "
+            "interval"), shown)
+    margin = _margin(claim, claim.metric, ctx)
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    return Verdict(verdict, reason, {**evidence, **shown})
+
+
 RANKING_RESAMPLES = 2000  # paired item bootstraps per pair of text encoders and reference
 
 
@@ -484,5 +520,6 @@ RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
     "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
     "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
     "metadata": rule_metadata, "evaluated": rule_evaluated, "ranking": rule_ranking,
+    "sts_arm": rule_sts_arm,
 }
 assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

@@ -57,6 +57,7 @@ class ReferenceConfig:
     vision: tuple[VisionEncoder, ...]
     stsb: Path | None = None
     flickr: FlickrMap | None = None
+    arms: Path | None = None  # the train stage's runs/text: each ARM-sSEED scored on STS-B
     caption_idx: int = 0
     n_rows: int = 1024
     k: int = 10
@@ -71,8 +72,8 @@ class ReferenceConfig:
     device: str = "cuda"
 
 
-KEYS = ("data", "text", "vision", "stsb", "flickr", "caption_idx", "n_rows", "k", "q_outlier",
-        "clip_mode", "n_permutations", "alpha", "seed", "n_resamples", "ci_level",
+KEYS = ("data", "text", "vision", "stsb", "flickr", "arms", "caption_idx", "n_rows", "k",
+        "q_outlier", "clip_mode", "n_permutations", "alpha", "seed", "n_resamples", "ci_level",
         "batch_size", "device")
 
 
@@ -161,12 +162,16 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
             raise ParamsError(f"{where}.flickr: expected null or {{dataset: the Karpathy JSON, "
                               f"image: the flickr30k image stage's folder}}, got {flickr!r}")
         flickr = FlickrMap(Path(flickr["dataset"]), Path(flickr["image"]))
+    if sec.get("arms") and not sec.get("stsb"):
+        raise ParamsError(f"{where}.arms: the trained arms are scored on STS-B; set "
+                          f"{SECTION}.stsb to the STS-B test file too")
     device = sec.get("device", "cuda")
     if not isinstance(device, str) or not device:
         raise ParamsError(f"{where}.device: expected a torch device name such as cuda or cpu")
     return ReferenceConfig(
         data=Path(sec["data"]), text=text, vision=vision,
         stsb=Path(sec["stsb"]) if sec.get("stsb") else None, flickr=flickr,
+        arms=Path(sec["arms"]) if sec.get("arms") else None,
         caption_idx=_int(sec, "caption_idx", 0, 0, where), n_rows=n_rows, k=k,
         q_outlier=_frac(sec, "q_outlier", 0.95, where, closed=True), clip_mode=clip_mode,
         n_permutations=n_perm, alpha=_frac(sec, "alpha", 0.05, where, closed=False),
@@ -179,6 +184,7 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     """Every data folder, model folder and weights path the section names that is not there."""
     paths = [cfg.data, *(t.path for t in cfg.text), *(v.weights for v in cfg.vision)]
     paths += [cfg.stsb] if cfg.stsb else []
+    paths += [cfg.arms] if cfg.arms else []
     if cfg.flickr:
         paths += [cfg.flickr.dataset, *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS)]
     return [str(p) for p in paths if not p.exists()]

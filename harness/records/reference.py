@@ -14,7 +14,8 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                    per_item: [n] | null (mutual k-NN at the best pair, in item order)}},
      "sts": {NAME: {spearman, n, path}},
      "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, interval, pooling, pairs} |
-                      {skipped: why}}}
+                      {skipped: why}},
+     "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}}}
 
 METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
 pair, the pair held fixed: it says how much the number depends on which 1,024 items were drawn,

@@ -1,7 +1,8 @@
 """Stage `reference` (evaluation only, the `wit1024` section): every listed public text encoder
 against every listed vision encoder on WIT-1024 by the platonic-rep protocol (prh.features,
 prh.layers), best layer pair and its max-over-pairs calibration, the item interval, and STS-B
-for every text encoder, and Flickr30k R@1 with the 30k-pair map when `flickr` is set.
+for every text encoder (and for the trained arms under `arms`), and Flickr30k R@1 with the
+30k-pair map when `flickr` is set.
 Everything is checked (section, paths, data) before a model loads."""
 
 from __future__ import annotations
@@ -150,6 +151,32 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
     return feats, infos, sts_out, flickr_out
 
 
+def _sts_arms(cfg: ReferenceConfig, sts: Sts) -> dict[str, Any]:
+    """STS-B of every trained run under `wit1024.arms` (the train stage's ARM-sSEED folders,
+    each with its run.json and checkpoint), grouped by arm: {arm: {profile, values: {seed:
+    rho}, n}}; the embedding is each arm's own (prh.encode_text)."""
+    from prh.encode_text import load_text_encoder
+    from prh.io import read_json
+    from prh.sts import spearman
+
+    out: dict[str, Any] = {}
+    for folder in sorted(p for p in cfg.arms.iterdir() if (p / "run.json").is_file()):
+        run = read_json(folder / "run.json")
+        rho = spearman(sts, load_text_encoder(folder, cfg.device))
+        block = out.setdefault(run["arm"], {"profile": run["profile"], "values": {},
+                                            "n": int(len(sts.scores))})
+        if block["profile"] != run["profile"]:
+            raise ContractError(f"{folder / 'run.json'}: trained on the {run['profile']} "
+                                f"profile, the other {run['arm']} runs on {block['profile']}; "
+                                f"score one profile's runs at a time")
+        block["values"][str(run["seed"])] = rho
+        print(f"reference: {folder.name}: STS-B Spearman {rho:.4f} ({run['profile']} profile)")
+    if not out:
+        raise ContractError(f"{cfg.arms}: no trained runs (ARM-sSEED folders with run.json); "
+                            "run `harness run` first or unset wit1024.arms")
+    return out
+
+
 def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
            vision: dict[str, np.ndarray]) -> dict[str, Any]:
     from harness.stats.estimators import bootstrap_ci
@@ -225,7 +252,8 @@ def main(argv: list[str]) -> int:
     try:
         vision, vision_info = _vision(cfg, wit)
         text, text_info, sts_out, flickr_out = _text(cfg, wit, sts, flickr)
-    except FeatureError as e:
+        sts_arms = _sts_arms(cfg, sts) if cfg.arms and sts else {}
+    except (FeatureError, ContractError) as e:
         return fail(e)
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
                     "sha256": _digest(wit)},
@@ -233,6 +261,7 @@ def main(argv: list[str]) -> int:
                         "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
                         "seed": cfg.seed},
            "text": text_info, "vision": vision_info,
-           "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out}
+           "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out,
+           "sts_arms": sts_arms}
     write_reference(args.out, doc)
     return 0
