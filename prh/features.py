@@ -31,6 +31,9 @@ import torch
 from torch import nn
 
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
+# assumed: the cut for a model whose tokenizer and config state no longest input (relative
+# positions); recorded as max_length with every score
+FALLBACK_MAX_LENGTH = 2048
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DOWNLOAD_FIX = ("download it once with `hf download NAME --local-dir DIR` (or "
                 "`save_pretrained(DIR)`) and name DIR in params.yaml")
@@ -109,11 +112,12 @@ def load_language_model(path: str | Path, precision: str = "float32",
     cfg = getattr(config, "text_config", config)
     limits = [v for v in (tokenizer.model_max_length, getattr(cfg, "max_position_embeddings",
                                                              None)) if v and v < 1e9]
+    max_length = min(limits) if limits else FALLBACK_MAX_LENGTH
     n_params = sum(p.numel() for p in model.parameters())
     info = {"path": str(path), "identity": identity(path), "model_type": config.model_type,
-            "class": type(model).__name__,
-            "precision": precision, "parameters": int(n_params), "max_length": min(limits)}
-    return LanguageModel(model.eval(), tokenizer, min(limits), info)
+            "class": type(model).__name__, "precision": precision,
+            "parameters": int(n_params), "max_length": max_length}
+    return LanguageModel(model.eval(), tokenizer, max_length, info)
 
 
 def language_features(lm: LanguageModel, texts: Sequence[str], *, batch_size: int = 32,

@@ -375,6 +375,11 @@ def test_the_stage_checks_everything_before_a_model_loads(parts, tmp_path, capsy
     assert stage.main(["--params", params, "--out", str(tmp_path / "o.json")]) == 2
     assert f"missing input(s) named in the wit1024 section:\n  {tmp_path / 'gone'}" in \
         capsys.readouterr().err
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "sts.tsv").write_text("sentence1\tsentence2\tscore\na\tb\t1\nc\td\t2\ne\tf\t3\n")
+    params = _params(tmp_path, parts, stsb=str(tmp_path / "sts.tsv"), arms=str(tmp_path / "runs"))
+    assert stage.main(["--params", params, "--out", str(tmp_path / "o.json")]) == 2
+    assert "runs: no trained runs (ARM-sSEED folders with run.json)" in capsys.readouterr().err
     params = _params(tmp_path, parts)
     assert stage.main(["--params", params, "--out", str(tmp_path / "o.json"), "--check"]) == 0
     assert "reference: 64 WIT items" in capsys.readouterr().out

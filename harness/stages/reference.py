@@ -151,29 +151,41 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
     return feats, infos, sts_out, flickr_out
 
 
-def _sts_arms(cfg: ReferenceConfig, sts: Sts) -> dict[str, Any]:
-    """STS-B of every trained run under `wit1024.arms` (the train stage's ARM-sSEED folders,
-    each with its run.json and checkpoint), grouped by arm: {arm: {profile, values: {seed:
-    rho}, n}}; the embedding is each arm's own (prh.encode_text)."""
-    from prh.encode_text import load_text_encoder
+def arm_runs(cfg: ReferenceConfig) -> dict[Path, dict[str, Any]]:
+    """The trained runs under `wit1024.arms` (the train stage's ARM-sSEED folders with their
+    run.json), checked before any model loads: at least one, one profile per arm."""
     from prh.io import read_json
+
+    if cfg.arms is None:
+        return {}
+    runs = {p: read_json(p / "run.json") for p in sorted(cfg.arms.iterdir())
+            if (p / "run.json").is_file()}
+    if not runs:
+        raise ContractError(f"{cfg.arms}: no trained runs (ARM-sSEED folders with run.json); "
+                            "run `harness run` first or unset wit1024.arms")
+    profiles: dict[str, str] = {}
+    for folder, run in runs.items():
+        if profiles.setdefault(run["arm"], run["profile"]) != run["profile"]:
+            raise ContractError(f"{folder / 'run.json'}: trained on the {run['profile']} "
+                                f"profile, the other {run['arm']} runs on "
+                                f"{profiles[run['arm']]}; score one profile's runs at a time")
+    return runs
+
+
+def _sts_arms(cfg: ReferenceConfig, sts: Sts, runs: dict[Path, dict[str, Any]]
+              ) -> dict[str, Any]:
+    """STS-B of every trained run, grouped by arm: {arm: {profile, values: {seed: rho}, n}};
+    the embedding is each arm's own (prh.encode_text)."""
+    from prh.encode_text import load_text_encoder
     from prh.sts import spearman
 
     out: dict[str, Any] = {}
-    for folder in sorted(p for p in cfg.arms.iterdir() if (p / "run.json").is_file()):
-        run = read_json(folder / "run.json")
+    for folder, run in runs.items():
         rho = spearman(sts, load_text_encoder(folder, cfg.device))
         block = out.setdefault(run["arm"], {"profile": run["profile"], "values": {},
                                             "n": int(len(sts.scores))})
-        if block["profile"] != run["profile"]:
-            raise ContractError(f"{folder / 'run.json'}: trained on the {run['profile']} "
-                                f"profile, the other {run['arm']} runs on {block['profile']}; "
-                                f"score one profile's runs at a time")
         block["values"][str(run["seed"])] = rho
         print(f"reference: {folder.name}: STS-B Spearman {rho:.4f} ({run['profile']} profile)")
-    if not out:
-        raise ContractError(f"{cfg.arms}: no trained runs (ARM-sSEED folders with run.json); "
-                            "run `harness run` first or unset wit1024.arms")
     return out
 
 
@@ -242,6 +254,7 @@ def main(argv: list[str]) -> int:
         wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows)
         sts = read_sts(cfg.stsb) if cfg.stsb else None
         flickr = read_flickr(cfg)
+        runs = arm_runs(cfg)
     except (ContractError, WitError, StsError) as e:
         return fail(e)
     print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
@@ -252,7 +265,7 @@ def main(argv: list[str]) -> int:
     try:
         vision, vision_info = _vision(cfg, wit)
         text, text_info, sts_out, flickr_out = _text(cfg, wit, sts, flickr)
-        sts_arms = _sts_arms(cfg, sts) if cfg.arms and sts else {}
+        sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
     except (FeatureError, ContractError) as e:
         return fail(e)
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
