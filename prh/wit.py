@@ -45,6 +45,17 @@ class Wit:
 
 
 def _tables(path: Path) -> list[tuple[Path, Any]]:
+    """(file, table) per data file; a file Arrow cannot read raises WitError naming it."""
+    import pyarrow as pa
+
+    try:
+        return _read_tables(path)
+    except (pa.ArrowException, OSError) as e:
+        raise WitError(f"{path}: a data file does not read as Arrow or parquet ({e}); download "
+                       "the data set again") from e
+
+
+def _read_tables(path: Path) -> list[tuple[Path, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

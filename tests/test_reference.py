@@ -284,6 +284,10 @@ def test_wit_errors_name_the_file_and_the_row(tmp_path):
     empty = [*texts[:1], ["  "], *texts[2:]]
     with pytest.raises(wit.WitError, match=r"row 1: text\[0\] is empty"):
         wit.read_wit(_bad_wit(tmp_path / "c", images, empty), n_rows=4)
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "train.parquet").write_bytes(b"PAR1\x00")
+    with pytest.raises(wit.WitError, match=r"cut: a data file does not read as Arrow or parquet"):
+        wit.read_wit(tmp_path / "cut")
     (tmp_path / "empty").mkdir()
     with pytest.raises(wit.WitError, match="no parquet files.*hf download minhuh"):
         wit.read_wit(tmp_path / "empty")
