@@ -4,6 +4,7 @@ lazily, so `harness --help` stays fast and each module owns its argument parsing
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -65,18 +66,48 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
     return int(func(args[1:]) or 0)
 
 
+# Faults of the machine, not of the input: one line and exit 1 (CPython ignores SIGXFSZ, so a
+# file-size limit arrives as EFBIG). Every output is written atomically (prh.io), so none is
+# left half-written, and the next run clears the temp files an interrupted one left.
+WRITE_FAULTS = {errno.EFBIG: "a file-size limit (ulimit -f) stopped the write",
+                errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT (128 + 2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`harness`: a reader that closes the pipe early (`harness --help | head`) ends it quietly,
-    as the Python docs' SIGPIPE note advises (stdout to devnull, exit 1), not with a traceback."""
+    """`harness`: every fault ends in one line on stderr, never a traceback: bad input
+    (ContractError, exit 2), a full disk or file-size limit (exit 1), Ctrl-C (exit 130); a
+    reader that closes the pipe early (`harness --help | head`) ends it quietly, as the Python
+    docs' SIGPIPE note advises (stdout to devnull, exit 1)."""
+    from prh.io import ContractError
+
+    args = sys.argv[1:] if argv is None else argv
+    command = f"harness {args[0]}" if args else "harness"
     try:
         try:
-            code = dispatch("harness", COMMANDS, argv)
+            code = dispatch("harness", COMMANDS, args)
         except SystemExit as e:  # argparse's --help and usage errors, flushed below
             code = e.code if isinstance(e.code, int) else int(e.code is not None)
         sys.stdout.flush()
         return code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted; no output was half-written, rerun it to go on "
+              "(training resumes from its last checkpoint)", file=sys.stderr)
+        return INTERRUPTED
+    except ContractError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in WRITE_FAULTS:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: {command}: cannot write{where}: {WRITE_FAULTS[e.errno]} ({e.strerror}); "
+              "make room or lift the limit and rerun: nothing was left half-written",
+              file=sys.stderr)
         return 1
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import random
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,16 +84,33 @@ def tokenizer_from_files(files: dict[str, bytes]) -> Tokenizer:
         return Tokenizer.load(d)
 
 
+class UnreadableCheckpoint(ContractError):
+    """A checkpoint file that torch cannot load or that is not a prh checkpoint."""
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint's contents on the CPU; an unreadable or foreign file raises ContractError."""
+    """A checkpoint's contents on the CPU; an unreadable or foreign file raises
+    UnreadableCheckpoint."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated or foreign file
-        raise ContractError(f"{path}: unreadable checkpoint ({e}); delete it to start over") from e
+        why = " ".join(str(e).split())[:200]
+        raise UnreadableCheckpoint(f"{path}: unreadable checkpoint ({why}); rerun the stage "
+                                   "that wrote it (`dvc repro`)") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ContractError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; delete it or point "
-                            "the run at another directory")
+        raise UnreadableCheckpoint(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; rerun the "
+                                   "stage that wrote it (`dvc repro`)")
     return ckpt
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename an unreadable checkpoint to `NAME.unreadable` (kept for a look, never loaded
+    again) and say so on stderr; the run then starts over from epoch 0."""
+    aside = path.with_name(f"{path.name}.unreadable")
+    os.replace(path, aside)
+    print(f"warning: {why}; set aside as {aside}, training starts over from epoch 0",
+          file=sys.stderr)
+    return aside
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -105,10 +124,15 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
 def resume(path: Path, identity: str, net: nn.Module, sigreg: nn.Module,
            optimizer: torch.optim.Optimizer) -> tuple[int, int, list[dict[str, float]]]:
     """Load the checkpoint at `path` into the modules; return (epoch, step, curve), or
-    (0, 0, []) when there is none. A checkpoint of another run identity is refused."""
+    (0, 0, []) when there is none or it cannot be read (`set_aside`). A checkpoint of another
+    run identity is refused."""
     if not path.exists():
         return 0, 0, []
-    ckpt = read_checkpoint(path)
+    try:
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint as e:  # a kill mid-write cannot cause this (atomic); a disk can
+        set_aside(path, str(e).split("; rerun")[0])
+        return 0, 0, []
     if ckpt["identity"] != identity:
         raise ContractError(
             f"{path}: written by config {ckpt['identity']}, this run is config {identity}; "

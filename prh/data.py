@@ -93,6 +93,22 @@ def _captions(image: Mapping[str, Any], imgid: int, where: str) -> tuple[str, ..
     return tuple(captions)
 
 
+def check_file_name(name: str, where: str) -> str:
+    """`name` as a photo's file name: a relative path inside the image folder. Empty names,
+    absolute paths and `..` segments are refused with the record (`where`), so no stage opens
+    a file outside images/ (symlinks are checked when the files are opened: `photo_paths`)."""
+    parts = name.replace("\\", "/").split("/")
+    absolute = parts[0] == "" or (len(parts[0]) == 2 and parts[0][1] == ":")  # /x, \\x, C:
+    why = ("is empty" if not name.strip() else "holds a NUL byte" if "\0" in name
+           else "is an absolute path" if absolute else "has a '..' segment" if ".." in parts
+           else "")
+    if why:
+        raise DataError(f"{where}: file name {name!r} {why}; a photo's file name is a path "
+                        "relative to the image folder with no '..' (e.g. '1000092795.jpg'): fix "
+                        "the record or drop it")
+    return name
+
+
 def _photo(image: Any, index: int, path: Path, min_captions: int) -> Photo:
     if not isinstance(image, Mapping):
         raise DataError(f"{path}: images[{index}] is {type(image).__name__}, expected an "
@@ -100,7 +116,7 @@ def _photo(image: Any, index: int, path: Path, min_captions: int) -> Photo:
     where = f"{path}: images[{index}]"
     imgid = _field(image, "imgid", int, where)
     where = f"{path}: images[{index}] (imgid {imgid})"
-    filename = _field(image, "filename", str, where)
+    filename = check_file_name(_field(image, "filename", str, where), where)
     split = _field(image, "split", str, where)
     if split not in SPLITS:
         raise DataError(f"{where}: unknown split {split!r}, expected one of {list(SPLITS)}; "
@@ -201,12 +217,39 @@ def karpathy_warnings(corpus: CaptionCorpus, n_files: int) -> list[str]:
     return out
 
 
+def _in_dvc_cache(path: Path) -> bool:
+    """Whether `path` lies in a DVC cache (`.dvc/cache`), where `cache.type: symlink` links
+    a tracked folder's files."""
+    return any(a.name == "cache" and a.parent.name == ".dvc" for a in path.parents)
+
+
+def photo_paths(photos: Sequence[Photo], image_dir: Path) -> list[Path]:
+    """The files of `photos` in `image_dir`, confined to it. Symlink policy: a link (the file
+    or a folder on its way) is followed when its target lies inside the image folder, or in a
+    DVC cache (`dvc add` with `cache.type: symlink`); any other target is refused with the
+    record, as is a file name that leaves the folder (`check_file_name`). The image folder
+    itself may be a link (data kept on another disk): confinement is to its resolved path."""
+    root = image_dir.resolve()
+    out = []
+    for photo in photos:
+        check_file_name(photo.filename, f"{image_dir}: imgid {photo.id}")
+        path = image_dir / photo.filename
+        target = path.resolve()
+        if not target.is_relative_to(root) and not _in_dvc_cache(target):
+            raise DataError(f"{path} (imgid {photo.id}, {photo.split}): a symlink to {target}, "
+                            f"outside {root}; copy the photo into the image folder (links are "
+                            "followed only when they stay inside it or point into DVC's cache)")
+        out.append(path)
+    return out
+
+
 def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
     """Open and decode every photo the file names (all splits); raise one DataError naming each
-    missing, empty or undecodable file with its record. Returns the folder's file count."""
+    missing, empty or undecodable file with its record, or a file outside the folder
+    (`photo_paths`). Returns the folder's file count."""
     bad = []
-    for i, photo in enumerate(corpus.photos):
-        path = image_dir / photo.filename
+    for i, (photo, path) in enumerate(zip(corpus.photos, photo_paths(corpus.photos, image_dir),
+                                          strict=True)):
         why = ("missing" if not path.is_file() else "empty (0 bytes)"
                if path.stat().st_size == 0 else _undecodable(path))
         if why:

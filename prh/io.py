@@ -12,8 +12,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +33,29 @@ class ContractError(ValueError):
     """A file does not honour its contract; the message names the file, the record and the fix."""
 
 
+def clear_leftovers(target: Path, suffix: str = "") -> list[Path]:
+    """Remove the temp files or folders an interrupted write of `target` left beside it (the
+    names `atomic_path` and `atomic_dir` give: `.NAME.XXXXXXXX.tmpSUFFIX`, mkstemp's 8 random
+    characters). Safe because one target has one writer at a time (DVC's lock on the repo)."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.tmp"
+                         rf"{re.escape(suffix)}$")
+    if not target.parent.is_dir():
+        return []
+    found = [p for p in target.parent.iterdir() if pattern.match(p.name)]
+    for p in found:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return found
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    clear_leftovers(target, suffix)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{suffix}", dir=target.parent)
     os.close(fd)
     try:
@@ -49,9 +69,11 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty temp folder beside `path`; it replaces `path` only if the block succeeds."""
+    """Yield an empty temp folder beside `path`; it replaces `path` only if the block succeeds
+    (a kill before that leaves the temp folder, which the next write of `path` removes)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    clear_leftovers(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
@@ -99,17 +121,46 @@ def read_json(path: str | os.PathLike[str]) -> Any:
                             "rerun the stage that writes it") from e
 
 
+def _unique_loader() -> type:
+    """yaml.SafeLoader refusing a key written twice in one mapping: PyYAML keeps the last one
+    silently, so a second `profile:` line would switch the profile unseen."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN202 (PyYAML's API)
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is written twice (lines {seen[key]} and "
+                        f"{key_node.start_mark.line + 1})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_yaml(path: str | os.PathLike[str], missing_fix: str) -> Any:
-    """Parse a YAML file; a missing file or bad syntax raises ContractError naming the file."""
+    """Parse a YAML file; a missing file, a folder, bytes that are not UTF-8 text, bad syntax or
+    a key written twice in one mapping raise ContractError naming the file."""
     import yaml
 
     p = Path(path)
     if not p.exists():
         raise ContractError(f"{p}: not found; {missing_fix}")
+    if not p.is_file():
+        raise ContractError(f"{p}: not a file; {missing_fix}")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ContractError(f"{p}: not UTF-8 text (byte {e.start}); give a YAML file") from e
+    if "\0" in text:
+        raise ContractError(f"{p}: holds NUL bytes, not YAML text; give a YAML file")
+    try:
+        return yaml.load(text, Loader=_unique_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
-        raise ContractError(f"{p}: not valid YAML ({e}); fix the syntax") from e
+        raise ContractError(f"{p}: not valid YAML ({' '.join(str(e).split())}); fix it") from e
 
 
 def save_embeddings(path: str | os.PathLike[str], ids: Sequence[str], emb: np.ndarray,
@@ -129,11 +180,18 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
     p = Path(path)
     if not p.exists():
         raise ContractError(f"{p}: embeddings not found; run the stage that writes them")
-    with np.load(p, allow_pickle=False) as z:
-        if "ids" not in z or "emb" not in z:
-            raise ContractError(f"{p}: needs arrays 'ids' and 'emb', has {sorted(z.files)}")
-        ids, emb = z["ids"].astype(str), z["emb"]
-        meta = json.loads(str(z["meta"])) if "meta" in z else {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            if "ids" not in z or "emb" not in z:
+                raise ContractError(f"{p}: needs arrays 'ids' and 'emb', has {sorted(z.files)}")
+            ids, emb = z["ids"].astype(str), z["emb"]
+            meta = json.loads(str(z["meta"])) if "meta" in z else {}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # truncated, not a zip
+        if isinstance(e, ContractError):
+            raise
+        raise ContractError(f"{p}: unreadable embeddings ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]}); rerun the stage that writes "
+                            "them (`dvc repro`)") from e
     if emb.ndim != 2 or emb.shape[0] != ids.shape[0]:
         raise ContractError(f"{p}: {ids.shape[0]} ids for embeddings of shape {emb.shape}")
     bad = ~np.isfinite(emb).all(axis=1)

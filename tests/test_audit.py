@@ -213,7 +213,7 @@ def test_summary_counts_every_status_and_gate_trips() -> None:
 
 def test_margins_from_params_refuse_zero_and_unknown_metrics() -> None:
     assert load_margins({"r_at_1": 0.05})["r_at_1"] == 0.05
-    with pytest.raises(MarginError, match=r"audit.margin.r_at_1: margin 0 must be a number"):
+    with pytest.raises(MarginError, match=r"audit.margin.r_at_1: margin 0 must be a finite number"):
         load_margins({"r_at_1": 0})
     with pytest.raises(MarginError, match="audit.margin.r_at_2: unknown metric"):
         load_margins({"r_at_2": 0.1})

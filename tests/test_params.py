@@ -84,44 +84,26 @@ def test_every_training_default_has_a_source_inside_the_repository(tmp_path):
         assert ".txt" not in text and not BANNED.search(text), text
 
 
-def config_keys() -> dict[str, list[str]]:
-    """Every key a config of the code reads, by params.yaml section (arm and seed come from the
-    matrix; the views' max_len and mask_id from train.max_len and the tokenizer)."""
-    from harness.config.params import ContaminationConfig, EvalConfig, TheoryConfig, flatten
-    from prh.image import ImageConfig
-    from prh.train_config import VIEW_KEYS, TrainConfig
-    from prh.world import WorldConfig
-
-    train = [k for k in flatten(TrainConfig()) if k not in ("arm", "seed")
-             and not (k.startswith("views.") and k[6:] not in VIEW_KEYS)]
-    return {"data.world": list(flatten(WorldConfig())), "image": list(flatten(ImageConfig())),
-            "train": train, "eval": list(flatten(EvalConfig())),
-            "theory": list(flatten(TheoryConfig())),
-            "contamination": list(flatten(ContaminationConfig()))}
-
-
 @pytest.mark.parametrize("profile", ["world", "flickr30k"])
 def test_params_yaml_holds_every_knob_the_code_reads(profile):
     """So `dvc exp run -S PROFILE.SECTION.KEY=...` works for every knob (DVC refuses a key
     params.yaml lacks: "Key 'lamb' is not in struct")."""
     from harness.config.params import flatten
+    from harness.config.validate import missing_knobs
 
-    block = flatten(yaml.safe_load((ROOT / "params.yaml").read_text())[profile])
-    missing = [f"{section}.{key}" for section, keys in config_keys().items()
-               if profile == "world" or section != "data.world"
-               for key in keys if f"{section}.{key}" not in block]
-    assert missing == []
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())[profile]
+    assert missing_knobs(profile, raw) == []
+    block = flatten(raw)
     assert block["train.lamb"] == 0.02 and block["train.views.n_local"] == 6
 
 
-def test_a_knob_missing_from_params_yaml_is_caught():
-    """The check above on a params.yaml without lamb: it names the key."""
-    from harness.config.params import flatten
-
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    del raw["world"]["train"]["lamb"]
-    block = flatten(raw["world"])
-    assert [k for k in config_keys()["train"] if f"train.{k}" not in block] == ["lamb"]
+def test_a_knob_missing_from_params_yaml_is_refused_before_any_work(tmp_path):
+    """A params.yaml without train.lr or train.model: validate_params names the key (it was
+    silently the code's default)."""
+    for key in ("lr", "model"):
+        path = write(tmp_path, lambda r, key=key: r["world"]["train"].pop(key))
+        with pytest.raises(ParamsError, match=rf"missing key\(s\) \['train\.{key}"):
+            validate_params(load_params(path))
 
 
 @pytest.mark.parametrize("edit,needle", [
@@ -131,7 +113,7 @@ def test_a_knob_missing_from_params_yaml_is_caught():
      "[1400] exceed the 1000 fit pairs"),
     (lambda r: r["world"]["data"]["world"].update(n_fit=1) or r["world"]["eval"].update(
         fit_sizes=[]),
-     "n_fit = 1: the Procrustes map needs at least 2"),
+     "world.data.world has 1 fit pair(s): the Procrustes map needs at least 2"),
     (lambda r: r["world"]["data"]["world"].update(n_objects=2, n_colours=1, n_counts=1,
                                                  n_relations=1), "only 2 distinct scenes"),
     (lambda r: r["world"]["data"]["world"].update(n_test=5), "world.eval.k = 10: mutual k-NN"),

@@ -103,7 +103,7 @@ def test_a_schema_of_another_version_names_the_stage_to_rerun():
                                               r"'margin'\?\)"),
     (lambda r: r["world"]["train"].update(lamda=0.1), r"unknown key\(s\) \['lamda'\] \(did you "
                                                       r"mean 'lamb'\?\)"),
-    (lambda r: r["audit"]["margin"].update(r_at_1=-0.01), "margin -0.01 must be a number"),
+    (lambda r: r["audit"]["margin"].update(r_at_1=-0.01), "margin -0.01 must be a finite number"),
     (lambda r: r["audit"]["margin"].update(mknn5=0.01), "eval.k is 10, so the mutual k-NN is "
                                                          "mknn10; name its margin `mknn`"),
     (lambda r: r["world"]["contamination"].update(ngram=0), "ngram, hash_size must be >= 1"),

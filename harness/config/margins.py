@@ -4,6 +4,7 @@ stops `harness run --check`, not the audit stage after every training)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,8 +77,9 @@ def load_margins(raw: Any, where: str = "params.yaml audit.margin",
         if metric not in out:
             raise MarginError(f"{where}.{metric}: unknown metric; margins exist for "
                               f"{sorted(out)} (and `{MKNN_KEY}`, the mutual k-NN at eval.k)")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise MarginError(f"{where}.{key}: margin {value!r} must be a number above 0 "
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 \
+                or not math.isfinite(value):
+            raise MarginError(f"{where}.{key}: margin {value!r} must be a finite number above 0 "
                               "(an equivalence margin of 0 can never be met)")
         out[metric] = float(value)
     return out

@@ -5,8 +5,10 @@ first stage (world) call `validate_params`. Each later stage builds only the con
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.config.params import EvalConfig, Params, ParamsError, ProbeConfig
-from prh.data import KARPATHY_FLICKR30K
+from prh.data import KARPATHY_FLICKR30K, CaptionCorpus
 from prh.image import ImageConfig
 from prh.train_config import TrainConfig
 from prh.world import COLOURS, COUNTS, OBJECTS, RELATIONS, TEMPLATES, WorldConfig
@@ -27,9 +29,73 @@ def seed_warnings(params: Params) -> list[str]:
             f"variance and can say no \"reproduced\" (set `seeds: {list(range(need))}`)"]
 
 
+def knob_keys() -> dict[str, list[str]]:
+    """Every key a config of the code reads, by params.yaml section: params.yaml must hold each
+    (a missing one would silently be the code's default, and DVC's `-S` refuses a key the file
+    lacks). Arm and seed come from the matrix; of the views only VIEW_KEYS are settable (their
+    max_len and mask_id come from train.max_len and the tokenizer)."""
+    from harness.config.params import ContaminationConfig, TheoryConfig, flatten
+    from prh.train_config import VIEW_KEYS
+
+    train = [k for k in flatten(TrainConfig()) if k not in ("arm", "seed")
+             and not (k.startswith("views.") and k[6:] not in VIEW_KEYS)]
+    return {"data.world": list(flatten(WorldConfig())), "image": list(flatten(ImageConfig())),
+            "train": train, "eval": list(flatten(EvalConfig())),
+            "theory": list(flatten(TheoryConfig())),
+            "contamination": list(flatten(ContaminationConfig()))}
+
+
+def missing_knobs(profile: str, block: dict) -> list[str]:
+    """The `knob_keys` the profile's section of params.yaml lacks (data.world: world only)."""
+    from harness.config.params import flatten
+
+    flat = flatten(block)
+    return [f"{section}.{key}" for section, keys in knob_keys().items()
+            if profile == "world" or section != "data.world"
+            for key in keys if f"{section}.{key}" not in flat]
+
+
+# Typo guards, not limits of the method: values beyond these cost days of compute and are
+# almost always an extra zero (the paper's runs stay orders of magnitude below each). Raise
+# one here when you mean it.
+LIMITS = {"data.vocab_size": 1_000_000, "train.epochs": 10_000, "probe.epochs": 10_000,
+          "eval.n_resamples": 1_000_000, "eval.n_permutations": 100_000,
+          "theory.bound_worlds": 1_000_000, "theory.n_points": 1_000_000}
+SEED_MAX = 2**32 - 1  # numpy's SeedSequence entropy words and torch's manual_seed both take this
+
+
+def value_problems(profile: str, block: dict) -> list[str]:
+    """Every number of the profile's section checked alone: finite (no .inf or .nan), seeds
+    in [0, 2**32), the `LIMITS` typo guards."""
+    import math
+
+    from harness.config.params import flatten
+
+    out = []
+    for key, value in flatten(block).items():
+        items = value if isinstance(value, list) else [value]
+        where = f"{profile}.{key}"
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            out.append(f"{where} = {value!r}: not a finite number; write a number")
+        last = key.rsplit(".", 1)[-1]
+        if (last == "seed" or last.endswith("_seed")) and isinstance(value, int) \
+                and not isinstance(value, bool) and not 0 <= value <= SEED_MAX:
+            out.append(f"{where} = {value}: a seed is an integer in [0, {SEED_MAX}]")
+        limit = LIMITS.get(key)
+        if limit is not None and isinstance(value, int | float) and value > limit:
+            out.append(f"{where} = {value:,}: above {limit:,}, almost surely a typo (each unit "
+                       "costs compute); if you mean it, raise LIMITS in harness/config/validate.py")
+    return out
+
+
 def validate_params(params: Params) -> None:
-    """Build every config of the profile, then check the combinations (`combination_problems`);
-    ParamsError names the file, the key and the fix, one line per broken rule."""
+    """Check every value alone (`value_problems`) and that every knob is written
+    (`missing_knobs`), build every config of the profile, then check the combinations
+    (`combination_problems`); ParamsError names the file, the key and the fix, one line per
+    broken rule."""
+    problems = value_problems(params.profile, params.sections)
+    if problems:
+        raise ParamsError(f"{params.path}: bad value(s):\n  " + "\n  ".join(problems))
     vocab = params.sections["data"].get("vocab_size")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 10:
         raise ParamsError(f"{params.path}: {params.profile}.data.vocab_size: expected an integer "
@@ -42,18 +108,54 @@ def validate_params(params: Params) -> None:
     params.theory_config()
     params.config(ProbeConfig, "probe")
     params.contamination_config()
+    missing = missing_knobs(params.profile, params.sections)
+    if missing:
+        raise ParamsError(f"{params.path}: {params.profile}: missing key(s) {missing}; "
+                          "params.yaml holds every knob the code reads (a missing one would "
+                          "silently be the code's default): copy them from the repository's "
+                          "params.yaml")
     problems = combination_problems(params.profile, world, train[0], ev)
     if problems:
         raise ParamsError(f"{params.path}: settings that cannot work together:\n  "
                           + "\n  ".join(problems))
 
 
-def split_sizes(profile: str, world: WorldConfig | None) -> tuple[int, int]:
-    """(fit pairs, test pairs) the profile scores on: the world's n_fit and n_test, or the
-    Karpathy split's 1,014 validation and 1,000 test pairs for Flickr30k."""
+@dataclass(frozen=True)
+class SplitSizes:
+    """Photos per split the profile trains, fits and scores on, and where they come from."""
+
+    train: int
+    fit: int
+    test: int
+    where: str
+
+
+def split_sizes(profile: str, world: WorldConfig | None) -> SplitSizes:
+    """The sizes params.yaml alone implies: the world's n_train, n_fit and n_test, or Karpathy's
+    Flickr30k split (29,000 train, 1,014 validation, 1,000 test photos)."""
     if world is not None:
-        return world.n_fit, world.n_test
-    return KARPATHY_FLICKR30K["val"], KARPATHY_FLICKR30K["test"]
+        return SplitSizes(world.n_train, world.n_fit, world.n_test, f"{profile}.data.world")
+    k = KARPATHY_FLICKR30K
+    return SplitSizes(k["train"], k["val"], k["test"], "the Karpathy split")
+
+
+def corpus_sizes(corpus: CaptionCorpus) -> SplitSizes:
+    """The sizes of the caption file as read (train counts restval, Karpathy's convention)."""
+    return SplitSizes(len(corpus.split("train")), len(corpus.split("val")),
+                      len(corpus.split("test")), str(corpus.path))
+
+
+def check_data(params: Params, corpus: CaptionCorpus) -> None:
+    """The size rules of `combination_problems` against the caption file just read, so a set
+    smaller than the one params.yaml assumes (a held-out Flickr30k miniature with the default
+    pair-free pool) is refused right after reading it, before any image is embedded."""
+    world = params.config(WorldConfig, "data", "world") if params.profile == "world" else None
+    train = params.config(TrainConfig, "train", arm=params.arms[0], seed=params.seeds[0])
+    problems = combination_problems(params.profile, world, train, params.eval_config(),
+                                    corpus_sizes(corpus))
+    if problems:
+        raise ParamsError(f"{params.path}: settings that do not fit {corpus.path}:\n  "
+                          + "\n  ".join(problems))
 
 
 def world_scenes(world: WorldConfig) -> int:
@@ -78,20 +180,21 @@ def longest_caption_words(world: WorldConfig) -> int:
 
 
 def combination_problems(profile: str, world: WorldConfig | None, train: TrainConfig,
-                         ev: EvalConfig) -> list[str]:
+                         ev: EvalConfig, sizes: SplitSizes | None = None) -> list[str]:
     """Settings valid alone that cannot work together, one message per rule: k against the
     test pairs (mutual k-NN needs k < n), the fit split against the map and the fit sizes,
     n_test against the world's distinct scenes, max_len against the world's longest caption,
-    the pair-free pools against half the train split (prh.data.pairfree_halves)."""
-    n_fit, n_test = split_sizes(profile, world)
-    where = f"{profile}.data.world" if world is not None else "the Karpathy split"
+    the pair-free pools against half the train split (prh.data.pairfree_halves). `sizes`: the
+    data's split sizes when it has been read (`corpus_sizes`), else what params.yaml implies."""
+    sizes = sizes or split_sizes(profile, world)
+    n_fit, n_test, where = sizes.fit, sizes.test, sizes.where
     out = []
     if ev.k >= n_test:
         out.append(f"{profile}.eval.k = {ev.k}: mutual k-NN needs more than k test pairs and "
                    f"{where} has {n_test}; lower eval.k below {n_test}")
     if n_fit < 2:
-        out.append(f"{profile}.data.world.n_fit = {n_fit}: the Procrustes map needs at least 2 "
-                   "fit pairs; raise n_fit")
+        out.append(f"{where} has {n_fit} fit pair(s): the Procrustes map needs at least 2; "
+                   "raise data.world.n_fit or add validation photos")
     bad = [s for s in ev.fit_sizes if s > n_fit]
     if bad:
         out.append(f"{profile}.eval.fit_sizes {list(ev.fit_sizes)}: {bad} exceed the {n_fit} "
@@ -105,7 +208,7 @@ def combination_problems(profile: str, world: WorldConfig | None, train: TrainCo
                    f"{longest_caption_words(world)} words (each at least one token) and a view "
                    f"holds max_len - 2 = {train.max_len - 2}; raise train.max_len or lower "
                    "data.world.style_strength")
-    half = (world.n_train if world is not None else KARPATHY_FLICKR30K["train"]) // 2
+    half = sizes.train // 2
     if ev.pairfree_pool > half:
         out.append(f"{profile}.eval.pairfree_pool = {ev.pairfree_pool}: each pair-free pool is at "
                    f"most half the train photos of {where}, {half}; lower it to {half} or less")

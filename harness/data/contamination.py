@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from harness.records.schemas import CONTAMINATION
-from prh.data import check_image_files, check_splits, load_karpathy
+from prh.data import check_image_files, check_splits, load_karpathy, photo_paths
 from prh.io import ContractError
 
 TEXT_RULES = ("exact", "prefix40", "ngram13")
@@ -164,7 +164,7 @@ def scan(dataset: Path, image_dir: Path | None, *, prefix_chars: int = 40, n: in
 def _image_report(corpus: Any, image_dir: Path, max_distance: int, hash_size: int,
                   flagged: dict[str, set[str]]) -> dict[str, Any]:
     splits = {s: corpus.split(s) for s in ("train", *EVAL_SPLITS)}
-    bits = {s: phash_bits([image_dir / p.filename for p in ps], hash_size)
+    bits = {s: phash_bits(photo_paths(ps, image_dir), hash_size)
             for s, ps in splits.items()}
     out = {}
     for a, b in (("val", "train"), ("test", "train"), ("test", "val")):

@@ -8,12 +8,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.config.params import load_params
+from harness.config.params import Params, load_params
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json
 
 PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
 AUDIT_OUT = Path("reports/audit.json")  # the audit stage's output in dvc.yaml
+
+
+def check_raw_data(params: Params, raw: Path) -> None:
+    """The profile's caption file read and checked before any stage runs: every record, every
+    file name confined to raw/images (prh.data.photo_paths), the sizes params.yaml asks of it
+    (harness.config.validate.check_data)."""
+    from harness.config.validate import check_data
+    from prh.data import check_splits, load_karpathy, photo_paths
+
+    corpus = load_karpathy(raw / "dataset.json", min_captions=1)
+    check_splits(corpus)
+    photo_paths(corpus.photos, raw / "images")
+    check_data(params, corpus)
 
 
 def main(argv: list[str]) -> int:
@@ -34,10 +47,16 @@ def main(argv: list[str]) -> int:
     from harness.config.validate import seed_warnings, validate_params
 
     try:
+        if not Path("dvc.yaml").is_file():
+            raise ContractError(f"{Path.cwd()}: no dvc.yaml here; run `harness run` from the "
+                                "repository root (the folder holding dvc.yaml and params.yaml)")
         fail_on = parse_fail_on(args.fail_on)
         profile = load_params(args.params).profile
-        params = preflight(args.params, Path(PROFILE_RAW.format(profile=profile)))
+        raw = Path(PROFILE_RAW.format(profile=profile))
+        params = preflight(args.params, raw)
         validate_params(params)
+        if profile != "world":  # the world's data is generated from params.yaml's sizes
+            check_raw_data(params, raw)
     except ContractError as e:
         return fail(e)
     for line in seed_warnings(params):

@@ -128,7 +128,7 @@ def main(argv: list[str]) -> int:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
         return 0
     logged = run_params(params, args.arm, args.seed, cfg)  # as used: views.max_len = max_len
-    with tracking.tracked_run(name, logged, tags) as run:
+    with tracking.tracked_run(name, logged, tags, resume=work / "mlflow_run_id") as run:
         train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
                            eval_hook=make_eval_hook(args.image, fit, test),
                            on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch),

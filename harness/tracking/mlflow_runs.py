@@ -2,8 +2,14 @@
 for the git commit, dirty flag, DVC stage, params hash, data hash and environment.
 
 Backend: `MLFLOW_TRACKING_URI` when set (e.g. a shared server on PostgreSQL), else a SQLite
-file `mlflow.db` at the repository root with artifacts in `mlruns/` beside it (MLflow's file
-store is deprecated: from MLflow 3.13 `file:` tracking raises unless MLFLOW_ALLOW_FILE_STORE=true).
+file `mlflow.db` at the root of the user's workspace with artifacts in `mlruns/` beside it
+(MLflow's file store is deprecated: from MLflow 3.13 `file:` tracking raises unless
+MLFLOW_ALLOW_FILE_STORE=true). The workspace is DVC's `DVC_ROOT` when DVC runs the stage: `dvc
+exp run --queue` and `--temp` run in a clone under .dvc/tmp/exps that DVC deletes afterwards,
+and point DVC_ROOT at the workspace they came from, so their runs land in its mlflow.db.
+
+Tracking is recorded, never required: only training opens a run; a later stage that finds the
+store unreachable or without the run warns and writes its outputs all the same.
 """
 
 from __future__ import annotations
@@ -26,7 +32,11 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def repo_root() -> Path:
-    """The git work tree containing the current directory (or the current directory)."""
+    """The user's workspace: DVC_ROOT when DVC runs the stage (for a queued or temp experiment,
+    the workspace it was queued from, not its temp clone), else the git work tree containing
+    the current directory (or the current directory)."""
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"])
     try:
         out = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
                              text=True, check=True)
@@ -46,7 +56,14 @@ def git_state() -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         return {"git_commit": "unknown (not a git checkout)", "git_dirty": True}
     changed = [line[3:] for line in status.splitlines() if line[3:].strip() != "dvc.lock"]
-    return {"git_commit": commit, "git_dirty": bool(changed)}
+    state: dict[str, Any] = {"git_commit": commit, "git_dirty": bool(changed)}
+    # a DVC experiment's run: its name and the commit it was branched from (the commit above is
+    # then the executor's, with the experiment's params applied on top: dirty)
+    for key, env in (("dvc_exp_name", "DVC_EXP_NAME"),
+                     ("dvc_exp_baseline", "DVC_EXP_BASELINE_REV")):
+        if os.environ.get(env):
+            state[key] = os.environ[env]
+    return state
 
 
 def tracking_uri() -> str:
@@ -126,11 +143,14 @@ def _quick_calls() -> Iterator[None]:
 
 
 def check_server(uri: str | None = None) -> None:
-    """Refuse to start when an http(s) tracking server does not answer its /health page within
-    10 s: a clear error before any training, not after an hour of it."""
+    """Refuse to start when the tracking store cannot be used, with one line and before any
+    training: an http(s) server that does not answer its /health page within 10 s, or a SQLite
+    file that is not a readable MLflow database (e.g. truncated)."""
     import urllib.request
 
     uri = uri or tracking_uri()
+    if uri.startswith("sqlite:///"):
+        check_sqlite(Path(uri.removeprefix("sqlite:///")))
     if not uri.startswith(("http://", "https://")):
         return
     try:
@@ -142,12 +162,45 @@ def check_server(uri: str | None = None) -> None:
             "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db in the repository") from e
 
 
+def check_sqlite(path: Path) -> None:
+    """A SQLite store that exists must open and hold tables (MLflow creates a missing one)."""
+    import sqlite3
+
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            tables = {r[0] for r in db.execute("select name from sqlite_master")}
+    except sqlite3.DatabaseError as e:
+        raise ContractError(f"{path}: not a readable MLflow database ({e}); move it aside "
+                            f"(`mv {path} {path}.broken`) and rerun: a new one is made") from e
+    if tables and "runs" not in tables:
+        raise ContractError(f"{path}: a SQLite file without MLflow's tables; point "
+                            "MLFLOW_TRACKING_URI elsewhere or move the file aside")
+
+
+def _resumable(mlflow: Any, run_id: str | None) -> str | None:
+    """`run_id` when the store holds it and it did not finish (a killed attempt), else None."""
+    if not run_id:
+        return None
+    try:
+        with _quick_calls():
+            found = mlflow.MlflowClient(tracking_uri()).get_run(run_id)
+    except Exception:  # not in this store (another workspace's run): start a new one
+        return None
+    unfinished = found.info.status in ("RUNNING", "FAILED", "KILLED")
+    return run_id if unfinished and found.info.lifecycle_stage == "active" else None
+
+
 @contextlib.contextmanager
-def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iterator[Any]:
+def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any],
+                resume: Path | None = None) -> Iterator[Any]:
     """Start an MLflow run named `name`, log flattened `params` and `tags`; the run ends
     FINISHED when the block succeeds and FAILED when it raises. Metrics the server missed
     (log_epoch buffers them) are sent at the end; what still cannot be sent is named on stderr
-    and in the run's `lost` tag, and the run ends FAILED."""
+    and in the run's `lost` tag, and the run ends FAILED. `resume`: a file keeping the run's
+    id beside the training's checkpoints, so a resumed training continues the run it started
+    (one run with every epoch, none left RUNNING) instead of opening another."""
     import logging
 
     import mlflow
@@ -161,13 +214,25 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any]) -> Iter
         experiment_id = _experiment_id(mlflow)
     # system/* metrics (CPU, memory, disk, network; GPU where nvidia-ml-py is installed)
     # sampled every 10 s by MLflow's monitor thread while the run lives
-    run = mlflow.start_run(run_name=name, experiment_id=experiment_id, log_system_metrics=True)
+    earlier = _resumable(mlflow, resume.read_text().strip() if resume and resume.is_file()
+                         else None)
+    run = mlflow.start_run(run_id=earlier, run_name=None if earlier else name,
+                           experiment_id=experiment_id, log_system_metrics=True)
+    if resume is not None:
+        resume.parent.mkdir(parents=True, exist_ok=True)
+        resume.write_text(run.info.run_id)
+    if earlier:
+        print(f"train: continuing MLflow run {earlier} of the interrupted attempt",
+              file=sys.stderr)
     status = "FAILED"
     try:
         for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params
             chunk = dict(list(params.items())[start:start + 100])
             mlflow.log_params({k: str(v)[:6000] for k, v in chunk.items()})
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        if earlier:
+            attempts = int(run.data.tags.get("attempts", "1")) + 1
+            mlflow.set_tag("attempts", attempts)
         yield run
         status = "FINISHED"
     finally:
@@ -240,25 +305,44 @@ def read_run(run_id: str) -> Any:
                             "MLFLOW_TRACKING_URI to the store that holds it") from e
 
 
-def log_final(run_id: str, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
-              pair_free: dict[str, Any]) -> None:
+def log_final(run_id: str | None, metrics: dict[str, Any], calibrated: dict[str, dict[str, float]],
+              pair_free: dict[str, Any]) -> bool:
     """The final scores and their interval ends as `final.*` metrics of the training run, each
     calibrated metric's fields as `final.calibrated.METRIC.FIELD` and the pair-free scores as
-    `final.pair_free.FIELD`."""
-    import mlflow
+    `final.pair_free.FIELD`. Tracking is never required: a store that does not answer (one
+    try, 10 s a call) or does not hold the run (a teammate's `dvc pull` workspace) gets a
+    warning and False; the run file holds the same numbers."""
+    import time
 
-    client = mlflow.MlflowClient(tracking_uri())
+    import mlflow
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    rows = {}
     for key, m in metrics.items():
-        client.log_metric(run_id, f"{FINAL}{key}", m["value"])
+        rows[f"{FINAL}{key}"] = m["value"]
         if "ci" in m:
-            client.log_metric(run_id, f"{FINAL}{key}.ci_lo", m["ci"][0])
-            client.log_metric(run_id, f"{FINAL}{key}.ci_hi", m["ci"][1])
+            rows[f"{FINAL}{key}.ci_lo"], rows[f"{FINAL}{key}.ci_hi"] = m["ci"][0], m["ci"][1]
     for key, fields in calibrated.items():
-        for field, value in fields.items():
-            client.log_metric(run_id, f"{FINAL}calibrated.{key}.{field}", value)
-    for field, value in pair_free.items():
-        if isinstance(value, int | float):
-            client.log_metric(run_id, f"{FINAL}pair_free.{field}", value)
+        rows.update({f"{FINAL}calibrated.{key}.{f}": v for f, v in fields.items()})
+    rows.update({f"{FINAL}pair_free.{f}": v for f, v in pair_free.items()
+                 if isinstance(v, int | float) and not isinstance(v, bool)})
+    if not run_id:
+        return False
+    try:
+        with _quick_calls():
+            check_server()
+            client = mlflow.MlflowClient(tracking_uri())
+            client.get_run(run_id)
+            items = [Metric(k, float(v), now, 0) for k, v in rows.items()]
+            for start in range(0, len(items), 1000):  # MLflow's batch limit is 1000 metrics
+                client.log_batch(run_id, metrics=items[start:start + 1000])
+    except Exception as e:  # MLflow raises its own, requests' or the store's errors
+        why = " ".join(str(getattr(e, "message", e)).split())[:200]
+        print(f"warning: the final scores were not logged to MLflow run {run_id} in "
+              f"{tracking_uri()} ({why}); the run file holds them", file=sys.stderr)
+        return False
+    return True
 
 
 def _send_pending() -> None:
