@@ -156,10 +156,14 @@ def test_a_corrupt_tracking_db_is_one_line_before_training(tmp_path):
         check_server(f"sqlite:///{db}")
 
 
-def test_harness_run_outside_the_repository_root_is_refused(tmp_path):
-    out = harness("run", "--check", cwd=tmp_path)
-    assert out.returncode == 2 and "no dvc.yaml here" in out.stderr
-    assert "Traceback" not in out.stderr and not (tmp_path / ".dvc").exists()
+def test_harness_run_from_a_subfolder_of_the_repository_is_refused(tmp_path):
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    sub = tmp_path / "runs"
+    sub.mkdir()
+    out = harness("run", "--check", cwd=sub)
+    assert out.returncode == 2 and f"no dvc.yaml here; run `harness run` from the repository " \
+        f"root, {tmp_path}" in out.stderr
+    assert "Traceback" not in out.stderr and not (sub / ".dvc").exists()
 
 
 def test_a_file_size_limit_is_one_line_and_exit_1(tmp_path):

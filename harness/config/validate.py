@@ -89,8 +89,8 @@ def value_problems(profile: str, block: dict) -> list[str]:
 
 
 def validate_params(params: Params) -> None:
-    """Check every value alone (`value_problems`) and that every knob is written
-    (`missing_knobs`), build every config of the profile, then check the combinations
+    """Check every value alone (`value_problems`), build every config of the profile, then
+    check the combinations
     (`combination_problems`); ParamsError names the file, the key and the fix, one line per
     broken rule."""
     problems = value_problems(params.profile, params.sections)
@@ -108,12 +108,6 @@ def validate_params(params: Params) -> None:
     params.theory_config()
     params.config(ProbeConfig, "probe")
     params.contamination_config()
-    missing = missing_knobs(params.profile, params.sections)
-    if missing:
-        raise ParamsError(f"{params.path}: {params.profile}: missing key(s) {missing}; "
-                          "params.yaml holds every knob the code reads (a missing one would "
-                          "silently be the code's default): copy them from the repository's "
-                          "params.yaml")
     problems = combination_problems(params.profile, world, train[0], ev)
     if problems:
         raise ParamsError(f"{params.path}: settings that cannot work together:\n  "

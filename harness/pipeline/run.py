@@ -47,9 +47,10 @@ def main(argv: list[str]) -> int:
     from harness.config.validate import seed_warnings, validate_params
 
     try:
-        if not Path("dvc.yaml").is_file():
+        root = next((d for d in Path.cwd().parents if (d / "dvc.yaml").is_file()), None)
+        if not Path("dvc.yaml").is_file() and root is not None:  # would nest a DVC repo here
             raise ContractError(f"{Path.cwd()}: no dvc.yaml here; run `harness run` from the "
-                                "repository root (the folder holding dvc.yaml and params.yaml)")
+                                f"repository root, {root}")
         fail_on = parse_fail_on(args.fail_on)
         profile = load_params(args.params).profile
         raw = Path(PROFILE_RAW.format(profile=profile))
