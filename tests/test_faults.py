@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from harness.config.params import ParamsError, load_params
 from harness.config.validate import check_data, validate_params
 from prh.data import DataError, load_karpathy, photo_paths
 from prh.io import ContractError, atomic_dir, load_embeddings, save_embeddings
 from tests.test_data import karpathy_doc, write
+from tests.test_params import write as params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,14 +52,6 @@ def test_a_symlink_out_of_the_image_folder_is_refused_one_inside_is_followed(tmp
     with pytest.raises(DataError, match=rf"imgid {corpus.photos[0].id}.*a symlink to "
                                         rf"{outside / 'secret.jpg'}, outside {folder}"):
         photo_paths(corpus.photos, folder)
-
-
-def params_file(tmp_path: Path, edit) -> Path:
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    edit(raw)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
 
 
 def test_a_set_smaller_than_the_profile_assumes_is_refused_right_after_reading(tmp_path):
