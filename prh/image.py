@@ -103,14 +103,16 @@ class ImageConfig:
         need(self.image_size >= 8, "image_size", "must be >= 8")
         if self.encoder == "dinov2_vitb14":
             need(self.image_size % 14 == 0, "image_size", "must be a multiple of 14 (patch size)")
-        need(len(self.mean) == 3, "mean", "needs 3 values (RGB)")
+        need(len(self.mean) == 3 and all(0 <= m <= 1 for m in self.mean), "mean",
+             "needs 3 values (RGB) in [0, 1], the range of the pixels it centres")
         need(len(self.std) == 3 and min(self.std) > 0, "std", "needs 3 positive values (RGB)")
         for key in ("embed_batch_size", "embed_dim", "width", "depth", "proj_hidden", "proj_dim",
                     "epochs", "n_slices", "n_global"):
             need(getattr(self, key) >= 1, key, "must be >= 1")
         need(self.batch_size >= 2, "batch_size", "must be >= 2 (batch norm)")
         need(self.n_local >= 0, "n_local", "must be >= 0")
-        need(2 ** self.depth <= self.image_size, "depth", "halves the image too often for its size")
+        need(self.image_size >> self.depth >= 1, "depth",  # 2**depth <= image_size, without 2**1e12
+             "halves the image too often for its size")
         need(self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0 and self.lamb >= 0, "lamb", "and weight_decay must be >= 0")
         need(0 <= self.jitter < 1, "jitter", "must be in [0, 1)")
@@ -303,8 +305,9 @@ def train_world_image_encoder(paths: list[Path], cfg: ImageConfig, seed: int, ou
     ckpt = {"format": CHECKPOINT_FORMAT, "config": cfg.to_dict(), "seed": seed,
             "state_dict": backbone.state_dict(), "history": history,
             "preprocessing": preprocessing(cfg.image_size, cfg.mean, cfg.std, cfg.interpolation)}
-    with io.atomic_path(out_path, suffix=".pt") as tmp:
-        torch.save(ckpt, tmp)
+    with io.atomic_path(out_path, suffix=".pt") as tmp, open(tmp, "wb") as handle:
+        torch.save(ckpt, handle)  # a file object: the archive's inner name is then "archive",
+        # not the temp file's random name, so a rerun writes the same bytes (and DVC the same md5)
     return backbone
 
 

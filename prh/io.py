@@ -119,6 +119,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except json.JSONDecodeError as e:
         raise ContractError(f"{p}: not valid JSON (line {e.lineno}: {e.msg}); "
                             "rerun the stage that writes it") from e
+    except UnicodeDecodeError as e:
+        raise ContractError(f"{p}: not valid JSON (not UTF-8 text at byte {e.start}); "
+                            "rerun the stage that writes it") from e
 
 
 def _unique_loader() -> type:

@@ -79,7 +79,9 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
     Writes out_dir/config.json at the start, curve.json every epoch and checkpoint.pt every
     `cfg.speed.checkpoint_every` epochs and at the last (rank 0, atomically).
     `eval_hook(epoch, encode)` runs at epoch 1, every `cfg.eval_every` epochs and at the last
-    one (`evaluated`); it and `on_epoch(epoch, metrics)` run on rank 0 only. With `val_texts`
+    one (`evaluated`); it and `on_epoch(epoch, metrics)` run on rank 0 only. A resumed run first
+    replays the checkpoint's epochs through `on_epoch`: a kill between a checkpoint and its
+    epoch's `on_epoch` (or a tracker's unsent buffer) would otherwise lose them. With `val_texts`
     the NTP arm also logs `val_loss` every epoch, their next-token loss
     (prh.encode_text.make_val_loss; JEPA arms have no next-token head and ignore them).
     Returns the last epoch's metrics.
@@ -111,6 +113,9 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
                     if val_texts and cfg.arm == "ntp" and proc.rank == 0 else None)
         if proc.rank == 0:
             write_json(out_dir / "config.json", resolved)
+            with rng_untouched():
+                for done in curve if on_epoch is not None else ():
+                    on_epoch(int(done["epoch"]), dict(done))
         epochs = range(start_epoch + 1, cfg.epochs + 1)
         if proc.rank == 0 and (progress if progress is not None else sys.stderr.isatty()):
             from tqdm import tqdm

@@ -109,6 +109,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the key and the fix for any out-of-range value."""
+        for name in ("layers", "heads", "intermediate", "hidden", "proj_dim", "proj_hidden"):
+            if getattr(self.model, name) < 1:  # first: hidden % heads below needs heads >= 1
+                raise ValueError(f"train.model.{name}={getattr(self.model, name)} must be >= 1")
         checks = [
             (self.arm in ARMS, "arm", f"use one of {ARMS}"),
             (self.device in DEVICES, "device", f"use one of {DEVICES}"),
@@ -128,16 +131,14 @@ class TrainConfig:
              "use 1 (no rounding) up to max_len; 8 suits compiled CUDA steps"),
             (self.speed.checkpoint_every >= 1, "speed.checkpoint_every",
              "write a checkpoint every 1 or more epochs"),
-            (self.model.hidden % self.model.heads == 0, "model.hidden",
-             f"make it a multiple of model.heads={self.model.heads}"),
             (0 <= self.model.dropout < 1, "model.dropout", "use a value in [0, 1)"),
         ]
         for ok, key, fix in checks:
             if not ok:
                 raise ValueError(f"train.{key}={_get(self, key)!r} is out of range: {fix}")
-        for name in ("layers", "heads", "intermediate", "hidden", "proj_dim", "proj_hidden"):
-            if getattr(self.model, name) < 1:
-                raise ValueError(f"train.model.{name}={getattr(self.model, name)} must be >= 1")
+        if self.model.hidden % self.model.heads:
+            raise ValueError(f"train.model.hidden={self.model.hidden} is out of range: make it a "
+                             f"multiple of model.heads={self.model.heads}")
         try:
             replace(self.views, max_len=self.max_len)
         except ValueError as e:

@@ -189,3 +189,159 @@ def test_ctrl_c_exits_130_with_a_line(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
 
+
+
+# Mutations a sweep of every knob may leave valid, each for a stated reason.
+STILL_VALID = {
+    ("image.weights", "string"): "a path, looked for by `harness run --check` where the profile "
+                                 "reads it (flickr30k), unused by the world's own encoder",
+    ("eval.fit_sizes", "empty"): "no fit-size curve",
+    ("eval.gallery_sizes", "empty"): "the whole test split as the only pool",
+    ("probe.arms", "empty"): "the probe stage off",
+}
+
+
+def knob_mutations(raw: dict):
+    """(key, kind, edit) for every knob of the world profile: deleted, a string, null, and for
+    numbers -1 and 10**12, for lists empty and all -1."""
+    from harness.config.validate import knob_keys
+
+    for section, keys in knob_keys().items():
+        for key in keys:
+            dotted = f"{section}.{key}"
+            *parents, last = dotted.split(".")
+            value = raw["world"]
+            for part in parents:
+                value = value[part]
+            value = value[last]
+            kinds: dict = {"deleted": None, "string": "x", "null": None}
+            if isinstance(value, str):
+                kinds.pop("string")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                kinds.update({"-1": -1, "1e12": 10**12})
+            if isinstance(value, list):
+                kinds.update({"empty": [], "all -1": [-1] * len(value)})
+            for kind, new in kinds.items():
+                def edit(r, parents=parents, last=last, kind=kind, new=new):
+                    block = r["world"]
+                    for part in parents:
+                        block = block[part]
+                    if kind == "deleted":
+                        del block[last]
+                    else:
+                        block[last] = new
+                yield dotted, kind, edit
+
+
+def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path):
+    """The fault campaign's params sweep: every knob of the world profile deleted, mistyped,
+    null, negative, absurdly large or emptied, one at a time. Each is refused by the check
+    `harness run` makes before any stage (validate_params) with a ParamsError naming the key,
+    but for the few STILL_VALID (each a valid setting); nothing else escapes."""
+    import copy
+
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    path = tmp_path / "params.yaml"
+    refused, escaped, unnamed = 0, [], []
+    for dotted, kind, edit in knob_mutations(raw):
+        changed = copy.deepcopy(raw)
+        edit(changed)
+        path.write_text(yaml.safe_dump(changed, sort_keys=False))
+        try:
+            validate_params(load_params(path))
+        except ParamsError as e:
+            refused += 1
+            if dotted.rsplit(".", 1)[-1] not in str(e):
+                unnamed.append(f"{dotted} {kind}: {e}")
+            continue
+        if (dotted, kind) not in STILL_VALID:
+            escaped.append(f"{dotted} {kind}")
+    assert escaped == [] and unnamed == []
+    assert refused >= 400  # every knob, three to five ways each
+
+
+@pytest.mark.parametrize("content", [b'{"schema": "prh.metrics/1", "run": {"arm": "go',
+                                     b"\xff\xfe{"], ids=["truncated", "binary"])
+@pytest.mark.parametrize("command", ["aggregate", "diff"])
+def test_a_truncated_or_binary_run_file_is_one_line_exit_2(tmp_path, content, command):
+    """A run file cut by a full disk on another machine, or overwritten with bytes: aggregate
+    (and so audit and report after it) and diff stop with one line naming it, exit 2."""
+    runs = tmp_path / "align"
+    runs.mkdir()
+    (runs / "good-s0.json").write_bytes(content)
+    args = {"aggregate": ["--params", str(ROOT / "params.yaml"), "--align-dir", str(runs),
+                          "--prepared", str(tmp_path / "prepared"), "--out",
+                          str(tmp_path / "results.json"), "--metrics", str(tmp_path / "m")],
+            "diff": [str(runs), str(runs)]}[command]
+    out = harness(command, *args, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "good-s0.json: not valid JSON" in out.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.slow  # a real training killed and resumed (the pipeline section of .ci/run)
+def test_a_training_killed_9_resumes_its_own_mlflow_run_with_every_epoch(tmp_path):
+    """`harness train` killed with SIGKILL after its second checkpoint, then run again: one
+    MLflow run for the seed, FINISHED (none left RUNNING), tagged as two attempts, holding
+    every epoch of curve.json at its final value, and no temp file left in the outputs."""
+    import json
+    import signal
+    import sqlite3
+    import time
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tiny_world
+
+    repo = tiny_world.copy_project(tmp_path / "repo", epochs=5)
+    raw = yaml.safe_load((repo / "params.yaml").read_text())
+    raw["world"]["train"]["speed"]["checkpoint_every"] = 1
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    tiny_world.build_upstream(repo)
+    cmd, env = tiny_world.train_cmd("good", 0), tiny_world.env()
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    ckpt = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        ckpt = next((repo / "runs/.work").glob("good-s0-*/checkpoint.pt"), None)
+        if ckpt is not None:
+            import torch
+
+            try:
+                if torch.load(ckpt, map_location="cpu", weights_only=False)["epoch"] >= 2:
+                    break
+            except Exception:  # noqa: BLE001 (being replaced under us: try again)
+                pass
+        time.sleep(0.2)
+    assert proc.poll() is None, "training ended before it could be killed: raise epochs"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (repo / "runs/text/good-s0").exists()
+    with sqlite3.connect(repo / "mlflow.db") as db:
+        assert [r[0] for r in db.execute("select status from runs")] == ["RUNNING"]
+    again = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "continuing MLflow run" in again.stderr
+    folder = repo / "runs/text/good-s0"
+    run_id = json.loads((folder / "run.json").read_text())["mlflow_run_id"]
+    curve = json.loads((folder / "curve.json").read_text())
+    with sqlite3.connect(repo / "mlflow.db") as db:
+        runs = db.execute("select run_uuid, status from runs").fetchall()
+        attempts = db.execute("select value from tags where run_uuid = ? and key = 'attempts'",
+                              (run_id,)).fetchone()
+        rows = db.execute("select key, step, value, timestamp from metrics where run_uuid = ? "
+                          "and key not like 'system/%'", (run_id,)).fetchall()
+    assert runs == [(run_id, "FINISHED")] and attempts == ("2",)
+    last: dict = {}  # a metric of an epoch logged twice (before the kill and after): the later
+    for key, step, value, _ in sorted(rows, key=lambda r: r[3]):
+        last[key, step] = value
+    expected = {(k, row["epoch"]): float(v) for row in curve for k, v in row.items()}
+    assert len(curve) == 5 and set(last) == set(expected)
+    assert [last[k] for k in sorted(expected)] == pytest.approx(
+        [expected[k] for k in sorted(expected)])
+    assert [p.name for p in (repo / "runs/text").iterdir()] == ["good-s0"]

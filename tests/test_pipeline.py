@@ -105,3 +105,20 @@ def test_diff_between_two_commits_on_real_outputs(pipeline):
     failing = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--fail-if",
                  "r_at_1>-2", "--n-resamples", "200", check=False)
     assert failing.returncode == 1
+
+
+@pytest.mark.slow  # a queued experiment: three more trainings and the stages after them
+def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
+    """`dvc exp run --queue` runs in a temporary clone DVC deletes afterwards; its trainings
+    (the third seed) land in the workspace's mlflow.db, FINISHED and tagged with the
+    experiment's name, and none is left in the clone."""
+    sh(pipeline, "git", "add", "-A")
+    sh(pipeline, "git", "commit", "-qm", "results before the queued experiment")
+    sh(pipeline, "dvc", "exp", "run", "--queue", "-S", "seeds=[0,1,2]", "-n", "three-seeds")
+    sh(pipeline, "dvc", "exp", "run", "--run-all")
+    with sqlite3.connect(pipeline / "mlflow.db") as db:
+        runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
+                          "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
+    assert sorted(runs) == [(f"{a}-s2", "FINISHED", "three-seeds") for a in ("bad", "good", "ntp")]
+    assert "three-seeds" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
+    assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))

@@ -34,6 +34,20 @@ def test_unreachable_server_stops_train_with_one_line_before_any_work(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
+def test_unreachable_server_stops_harness_run_before_any_stage(tmp_path, check):
+    """`harness run` asks the server before `dvc repro`: no stage (the world's generation
+    included) runs against a store that would refuse the trainings' runs."""
+    shutil.copy2(ROOT / "params.yaml", tmp_path / "params.yaml")
+    url = f"http://127.0.0.1:{services.free_port()}"
+    out = subprocess.run(["harness", "run", *check], cwd=tmp_path, capture_output=True,
+                         text=True, env=tiny_world.env(MLFLOW_TRACKING_URI=url))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"error: MLflow tracking server {url} (MLFLOW_TRACKING_URI) does not answer" in \
+        out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
 def test_a_local_database_needs_no_server_check(tmp_path):
     tracking.check_server(f"sqlite:///{tmp_path / 'mlflow.db'}")  # returns: nothing to reach
     with pytest.raises(ContractError, match="http://127.0.0.1:9 "):

@@ -23,8 +23,8 @@ def tiny_params(raw: dict, epochs: int = 2) -> dict:
     w = raw["world"]
     w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
     w["image"].update(epochs=1)
-    w["train"].update(epochs=epochs, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48,
-                      model={"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64})
+    w["train"].update(epochs=epochs, warmup_epochs=1, eval_every=1, batch_size=32, max_len=48)
+    w["train"]["model"].update(hidden=32, layers=1, heads=2, intermediate=64)
     w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40], pairfree_pool=50,
                   pairfree={**w["eval"]["pairfree"], "restarts": 5})
     w["probe"].update(arms=["good"], epochs=1, lambdas=[0.02])  # two one-epoch trainings

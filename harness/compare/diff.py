@@ -164,8 +164,9 @@ def run_from_file(files: Files, folder: str, name: str) -> Run:
     path = f"{folder.rstrip('/')}/{name}"
     try:
         data = json.loads(files.read(path) or b"")
-    except json.JSONDecodeError as e:
-        raise DiffError(f"{files.where(path)}: not valid JSON ({e.msg}); rerun its align "
+    except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes that are no text
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        raise DiffError(f"{files.where(path)}: not valid JSON ({why}); rerun its align "
                         "stage") from e
     try:
         check_run_file(name, data, files.where(path))

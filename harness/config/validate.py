@@ -39,8 +39,9 @@ def knob_keys() -> dict[str, list[str]]:
 
     train = [k for k in flatten(TrainConfig()) if k not in ("arm", "seed")
              and not (k.startswith("views.") and k[6:] not in VIEW_KEYS)]
-    return {"data.world": list(flatten(WorldConfig())), "image": list(flatten(ImageConfig())),
-            "train": train, "eval": list(flatten(EvalConfig())),
+    return {"data": ["vocab_size"], "data.world": list(flatten(WorldConfig())),
+            "image": list(flatten(ImageConfig())), "train": train,
+            "eval": list(flatten(EvalConfig())), "probe": list(flatten(ProbeConfig())),
             "theory": list(flatten(TheoryConfig())),
             "contamination": list(flatten(ContaminationConfig()))}
 
@@ -62,6 +63,10 @@ LIMITS = {"data.vocab_size": 1_000_000, "train.epochs": 10_000, "probe.epochs": 
           "eval.n_resamples": 1_000_000, "eval.n_permutations": 100_000,
           "theory.bound_worlds": 1_000_000, "theory.n_points": 1_000_000}
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence entropy words and torch's manual_seed both take this
+# Any other integer: a count, a size or a width. None of the paper's is near 1e9 (its largest
+# is the 940M images of its web corpus, which no knob here counts); beyond it a value is an
+# extra zero that would allocate or loop for days before failing.
+INT_MAX = 10**9
 
 
 def value_problems(profile: str, block: dict) -> list[str]:
@@ -78,9 +83,14 @@ def value_problems(profile: str, block: dict) -> list[str]:
         if any(isinstance(v, float) and not math.isfinite(v) for v in items):
             out.append(f"{where} = {value!r}: not a finite number; write a number")
         last = key.rsplit(".", 1)[-1]
-        if (last == "seed" or last.endswith("_seed")) and isinstance(value, int) \
-                and not isinstance(value, bool) and not 0 <= value <= SEED_MAX:
+        seed = last == "seed" or last.endswith("_seed")
+        if seed and isinstance(value, int) and not isinstance(value, bool) \
+                and not 0 <= value <= SEED_MAX:
             out.append(f"{where} = {value}: a seed is an integer in [0, {SEED_MAX}]")
+        elif not seed and any(isinstance(v, int) and not isinstance(v, bool) and v > INT_MAX
+                              for v in items):
+            out.append(f"{where} = {value!r}: above {INT_MAX:,}, almost surely a typo; no count "
+                       "or size of the method comes near it")
         limit = LIMITS.get(key)
         if limit is not None and isinstance(value, int | float) and value > limit:
             out.append(f"{where} = {value:,}: above {limit:,}, almost surely a typo (each unit "
@@ -89,10 +99,9 @@ def value_problems(profile: str, block: dict) -> list[str]:
 
 
 def validate_params(params: Params) -> None:
-    """Check every value alone (`value_problems`), build every config of the profile, then
-    check the combinations
-    (`combination_problems`); ParamsError names the file, the key and the fix, one line per
-    broken rule."""
+    """Check every value alone (`value_problems`), build every config of the profile, refuse
+    a missing knob (`missing_knobs`), then check the combinations (`combination_problems`);
+    ParamsError names the file, the key and the fix, one line per broken rule."""
     problems = value_problems(params.profile, params.sections)
     if problems:
         raise ParamsError(f"{params.path}: bad value(s):\n  " + "\n  ".join(problems))
@@ -108,6 +117,11 @@ def validate_params(params: Params) -> None:
     params.theory_config()
     params.config(ProbeConfig, "probe")
     params.contamination_config()
+    missing = missing_knobs(params.profile, params.sections)
+    if missing:
+        raise ParamsError(f"{params.path}: {params.profile}: missing key(s) {missing}: a missing "
+                          "key would silently be the code's default; copy them from the "
+                          "repository's params.yaml")
     problems = combination_problems(params.profile, world, train[0], ev)
     if problems:
         raise ParamsError(f"{params.path}: settings that cannot work together:\n  "

@@ -58,6 +58,9 @@ def main(argv: list[str]) -> int:
         validate_params(params)
         if profile != "world":  # the world's data is generated from params.yaml's sizes
             check_raw_data(params, raw)
+        from harness.tracking.mlflow_runs import check_server
+
+        check_server()  # a tracking server that does not answer in 10 s: refused before any stage
     except ContractError as e:
         return fail(e)
     for line in seed_warnings(params):
