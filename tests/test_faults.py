@@ -345,3 +345,57 @@ def test_a_training_killed_9_resumes_its_own_mlflow_run_with_every_epoch(tmp_pat
     assert [last[k] for k in sorted(expected)] == pytest.approx(
         [expected[k] for k in sorted(expected)])
     assert [p.name for p in (repo / "runs/text").iterdir()] == ["good-s0"]
+
+
+@pytest.mark.parametrize("options,message", [("size=256k", "the disk is full"),
+                                             ("ro", "the file system is read-only")])
+def test_a_full_or_read_only_disk_is_one_line_exit_1_and_leaves_nothing(tmp_path, options,
+                                                                          message):
+    """A real full disk (a 256 kB tmpfs) and a read-only one, in a private mount namespace so
+    nothing outlives the test, as the world stage's output folder: ENOSPC or EROFS ends it
+    with one line, exit 1, and the disk is left empty (no output, no temp). Skipped where
+    tmpfs cannot be mounted."""
+    import shutil
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", str(disk)],
+            capture_output=True).returncode != 0:
+        pytest.skip("no tmpfs mount here (unshare -rm mount -t tmpfs refused)")
+    script = (f'mount -t tmpfs -o {options} tmpfs {disk} && '
+              f'{sys.executable} -m harness.cli world --params {ROOT / "params.yaml"} '
+              f'--inputs {tmp_path} --out {disk}/raw; echo "rc=$?" >&2; ls -A {disk} >&2')
+    out = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1] == "rc=1", out.stderr[-2000:]  # and `ls -A` printed nothing after it
+    assert len(lines) == 2 and message in lines[0] and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("holder", ["lock", "rwlock"])
+def test_a_second_harness_run_while_dvc_works_is_one_line(tmp_path, holder):
+    """Another DVC process in the workspace (here: this test, holding DVC's repository lock or
+    a stage output in its rwlock, as `dvc repro` does): `harness run` stops with one line
+    naming it, exit 2, before any stage; DVC would refuse too, with exit 255 and more lines."""
+    import json
+
+    import zc.lockfile
+
+    (tmp_path / ".dvc/tmp").mkdir(parents=True)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    held = None
+    if holder == "lock":
+        held = zc.lockfile.LockFile(str(tmp_path / ".dvc/tmp/lock"))
+    else:
+        (tmp_path / ".dvc/tmp/rwlock").write_text(json.dumps({"write": {
+            str(tmp_path / "runs/image"): {"pid": os.getpid(), "cmd": "dvc repro"}}, "read": {}}))
+    try:
+        out = harness("run", cwd=tmp_path)
+    finally:
+        if held is not None:
+            held.close()
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert ("another DVC command holds" if holder == "lock" else
+            f"in use by PID {os.getpid()} (dvc repro)") in out.stderr
+    assert not (tmp_path / "data").exists()

@@ -68,3 +68,24 @@ def test_artifacts_live_beside_the_database_not_in_the_first_workspace(tmp_path,
         stored = Path(run.info.artifact_uri.removeprefix("file://")) / "curve.json"
         assert stored.read_text() == f'["{workspace}"]'
     assert not (tmp_path / "ws1" / "mlruns").exists()
+
+
+@pytest.mark.parametrize("store", ["no database", "other runs", "dead server"])
+def test_final_scores_need_no_run_in_the_store(tmp_path, monkeypatch, capsys, store):
+    """A teammate's `dvc pull` workspace has no mlflow.db, or one without the training's run,
+    and a server may be down: the align stage's log_final warns in one line and returns False
+    within seconds (the run file holds the numbers), never raises nor makes a database."""
+    uri = (f"http://127.0.0.1:{services.free_port()}" if store == "dead server"
+           else f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    if store == "other runs":
+        with tracking.tracked_run("good-s0", {}, {}):
+            pass
+        capsys.readouterr()
+    start = time.monotonic()
+    logged = tracking.log_final("0" * 32, {"r_at_1": {"value": 0.5, "ci": [0.4, 0.6]}}, {}, {})
+    assert logged is False and time.monotonic() - start < 60
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: the final scores were not logged to "
+                                               f"MLflow run {'0' * 32} in {uri}")
+    assert (tmp_path / "mlflow.db").exists() == (store == "other runs")

@@ -29,6 +29,46 @@ def check_raw_data(params: Params, raw: Path) -> None:
     check_data(params, corpus)
 
 
+def busy_workspace(root: Path) -> str | None:
+    """Why `dvc repro` here would be refused now, as one line (None: free): another DVC
+    command holds the repository lock (.dvc/tmp/lock, zc.lockfile as DVC takes it) or a live
+    process holds stage outputs in .dvc/tmp/rwlock. DVC refuses either way (its lock is
+    the guard); this only turns its multi-line exit 255 into one line before any work."""
+    import json
+
+    import zc.lockfile
+
+    lock, rwlock = root / ".dvc/tmp/lock", root / ".dvc/tmp/rwlock"
+    if lock.exists():
+        try:
+            zc.lockfile.LockFile(str(lock)).close()
+        except zc.lockfile.LockError:
+            return (f"another DVC command holds {lock} (a `harness run` or `dvc` in this "
+                    "workspace); wait for it to end, then rerun")
+    try:
+        held = json.loads(rwlock.read_text()) if rwlock.exists() else {}
+    except (OSError, ValueError):
+        held = {}
+    for mode in ("write", "read"):
+        for path, infos in (held.get(mode) or {}).items():
+            for info in infos if isinstance(infos, list) else [infos]:
+                pid = info.get("pid") if isinstance(info, dict) else None
+                if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+                    return (f"{path} is in use by PID {pid} ({info.get('cmd', '?')}); wait "
+                            "for it to end, then rerun")
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 def main(argv: list[str]) -> int:
     """Validate params.yaml and the profile's inputs, then run every stage of dvc.yaml that
     is not up to date."""
@@ -61,6 +101,9 @@ def main(argv: list[str]) -> int:
         from harness.tracking.mlflow_runs import check_server
 
         check_server()  # a tracking server that does not answer in 10 s: refused before any stage
+        why = busy_workspace(Path.cwd())
+        if why:
+            raise ContractError(f"harness run: {why}")
     except ContractError as e:
         return fail(e)
     for line in seed_warnings(params):

@@ -329,7 +329,13 @@ def log_final(run_id: str | None, metrics: dict[str, Any], calibrated: dict[str,
                  if isinstance(v, int | float) and not isinstance(v, bool)})
     if not run_id:
         return False
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial tables"
     try:
+        uri = tracking_uri()
+        if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+            raise ContractError(f"Run with id={run_id} not found: there is no database")
         with _quick_calls():
             check_server()
             client = mlflow.MlflowClient(tracking_uri())
