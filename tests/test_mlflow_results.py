@@ -176,3 +176,29 @@ def test_an_unreachable_server_costs_a_warning_not_the_results(tmp_path, monkeyp
     assert results["mlflow_run_id"] is None and set(results["arms"]) == set(PARAMS.arms)
     assert f"warning: MLflow {url} did not take the runs of results.json" in \
         capsys.readouterr().err
+
+
+def test_another_seed_set_gets_its_own_runs_and_leaves_the_first_ones(store, tmp_path):
+    """A queued experiment adding a seed aggregates under the same params hash: its pipeline
+    and arm runs are new ones, and the runs of the workspace's seed set keep their numbers."""
+    import yaml
+
+    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["seeds"] = [0]
+    one = tmp_path / "one" / "params.yaml"
+    one.parent.mkdir()
+    one.write_text(yaml.safe_dump(raw, sort_keys=False))
+    align = align_dir(tmp_path, {k: v for k, v in ids.items() if k[1] == 0})
+    (tmp_path / "prepared").mkdir()
+    (tmp_path / "prepared" / "summary.json").write_text('{"data_hash": "d9e8f7a6"}')
+    assert aggregate_main(["--params", str(one), "--align-dir", str(align), "--prepared",
+                           str(tmp_path / "prepared"), "--out", str(tmp_path / "r0.json")]) == 0
+    first = json.loads((tmp_path / "r0.json").read_text())["mlflow_run_id"]
+    before = {name: store.get_run(i).data.metrics for name, i in children(store, first).items()}
+    both = aggregate(tmp_path, align_dir(tmp_path, ids))["mlflow_run_id"]
+    assert both != first and set(children(store, both)) == {f"{a} (seeds 0,1)"
+                                                            for a in PARAMS.arms}
+    assert set(before) == {f"{a} (seeds 0)" for a in PARAMS.arms}
+    assert {name: store.get_run(i).data.metrics
+            for name, i in children(store, first).items()} == before

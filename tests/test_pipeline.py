@@ -120,5 +120,14 @@ def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
         runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
                           "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
     assert sorted(runs) == [(f"{a}-s2", "FINISHED", "three-seeds") for a in ("bad", "good", "ntp")]
+    head = sh(pipeline, "git", "rev-parse", "HEAD").stdout.strip()
+    with sqlite3.connect(pipeline / "mlflow.db") as db:  # the commit it ran, its params applied
+        state = set(db.execute("select t.key, t.value from runs r join tags t on t.run_uuid = "
+                               "r.run_uuid where r.name = 'good-s2' and t.key in "
+                               "('git_commit', 'git_dirty', 'dvc_exp_baseline')"))
+    assert state == {("git_commit", head), ("git_dirty", "True"), ("dvc_exp_baseline", head)}
     assert "three-seeds" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
+    diff = json.loads(sh(pipeline, "harness", "diff", "runs/align", "rev:three-seeds",
+                         "--format", "json", "--n-resamples", "200").stdout)
+    assert diff["b"]["sources"][-1] == "runs/align/ntp-s2.json@three-seeds"
     assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))

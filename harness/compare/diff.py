@@ -3,8 +3,8 @@
 A set of runs is one of
 - a folder of run files (`runs/align`), optionally filtered: `runs/align:good@0,1` (arm good,
   seeds 0 and 1), `runs/align:good` (every seed of good), `runs/align:@0` (seed 0 of each arm);
-- a git revision, `rev:HEAD~1[:FOLDER][:SELECT]` (FOLDER defaults to runs/align): the files at
-  that revision, read through `dvc.api.DVCFileSystem`, so DVC-tracked outputs come from the
+- a git revision or a DVC experiment's name, `rev:HEAD~1[:FOLDER][:SELECT]` or
+  `rev:EXPNAME` (FOLDER defaults to runs/align): the files at that commit, read through `dvc.api.DVCFileSystem`, so DVC-tracked outputs come from the
   DVC cache and git-tracked ones from git; the revision's `params.yaml` gives its params;
 - MLflow run ids, `mlflow:ID[,ID...]`: the `final.*` scores the align stage logs, params and
   `env.*` tags from the tracking store (MLFLOW_TRACKING_URI, else the repository's
@@ -118,6 +118,25 @@ def parse_spec(spec: str) -> Spec:
     return Spec(kind, where, rev, arm, seeds)
 
 
+EXP_REFS = "refs/exps/"  # DVC keeps each experiment as refs/exps/XX/BASELINE_REST/NAME
+
+
+def resolve_rev(rev: str) -> str | None:
+    """The commit `rev` names: a git revision, else a DVC experiment's name (`dvc exp run -n
+    NAME`, queued or not, once it has run: DVC commits it under EXP_REFS); None when it is
+    neither. A name two baselines share is refused with the candidates."""
+    commit = git_out("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if commit is not None:
+        return commit
+    refs = git_out("for-each-ref", "--format=%(refname) %(objectname)", EXP_REFS) or ""
+    found = [line.split() for line in refs.splitlines() if line.rsplit(" ", 1)[0]
+             .rsplit("/", 1)[-1] == rev]
+    if len(found) > 1:
+        raise DiffError(f"rev:{rev}: {len(found)} DVC experiments have this name "
+                        f"({', '.join(ref for ref, _ in found)}); give its commit instead")
+    return found[0][1] if found else None
+
+
 class Files:
     """Read access to a folder in the working tree, or at a git revision through DVC."""
 
@@ -128,11 +147,11 @@ class Files:
             from dvc.api import DVCFileSystem
 
             root = git_out("rev-parse", "--show-toplevel")
-            commit = git_out("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+            commit = resolve_rev(rev) if root is not None else None
             if root is None or commit is None:
-                raise DiffError(f"rev:{rev}: not a commit of the git repository here "
-                                f"({Path.cwd()}); name a commit, branch or tag, or run from the "
-                                "repository")
+                raise DiffError(f"rev:{rev}: neither a commit nor a DVC experiment of the git "
+                                f"repository here ({Path.cwd()}); name a commit, branch, tag or "
+                                "experiment (`dvc exp list`), or run from the repository")
             self.fs = DVCFileSystem(root, rev=commit)
 
     def names(self, folder: str) -> list[str]:

@@ -442,7 +442,7 @@ def _log_scores(client: Any, run_id: str, scores: dict[str, float]) -> None:
 def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], str | None], *,
                 profile: str, params_hash: str, data_hash: str) -> str | None:
     """MLflow's view of results.json (harness.records.results.aggregate_runs' `stats`): one run per
-    (profile, params hash) with the gaps between arms, parent of one run per arm with each
+    (profile, params hash, seeds) with the gaps between arms, parent of one run per arm with each
     metric's seed mean, std and interval ends, parent in turn of that arm's seed runs
     (`seed_runs[arm, seed]`, the run files' `mlflow_run_id`). A re-run finds the same runs
     by their tags and updates them. Returns the top run's id; None, with a warning, when the
@@ -452,7 +452,10 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
     uri = tracking_uri()
     mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient(uri)
-    key = {ROLE: "pipeline", "profile": profile, "params_hash": params_hash}
+    # one set of runs per (profile, params hash, seeds): a queued experiment with a third seed
+    # makes its own instead of overwriting the workspace's two-seed numbers
+    seeds = ",".join(map(str, sorted({s for b in stats["arms"].values() for s in b["seeds"]})))
+    key = {ROLE: "pipeline", "profile": profile, "params_hash": params_hash, "seeds": seeds}
     try:
         with _quick_calls():
             with _first_use_lock():
@@ -460,12 +463,13 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
             top = _find_or_create(client, experiment_id, key, f"{profile} results")
             missing, arm_runs = [], []
             for arm, block in stats["arms"].items():
-                seeds = block["seeds"]
-                run_id = _find_or_create(client, experiment_id, {**key, ROLE: "arm", "arm": arm},
-                                         f"{arm} (seeds {','.join(map(str, seeds))})")
-                client.set_tag(run_id, "seeds", ",".join(map(str, seeds)))
+                arm_seeds = block["seeds"]
+                run_id = _find_or_create(client, experiment_id,
+                                         {**key, ROLE: "arm", "arm": arm,
+                                          "seeds": ",".join(map(str, arm_seeds))},
+                                         f"{arm} (seeds {','.join(map(str, arm_seeds))})")
                 client.set_tag(run_id, "data_hash", data_hash)
-                ids = {s: seed_runs.get((arm, s)) for s in seeds}
+                ids = {s: seed_runs.get((arm, s)) for s in arm_seeds}
                 lost = _nest(client, experiment_id, run_id, [i for i in ids.values() if i])
                 missing += [run_name(arm, s) for s, i in ids.items() if not i or i in lost]
                 _log_scores(client, run_id, {k: v for m, entry in block["metrics"].items()
