@@ -218,7 +218,7 @@ def knob_mutations(raw: dict):
             if isinstance(value, str):
                 kinds.pop("string")
             if isinstance(value, int | float) and not isinstance(value, bool):
-                kinds.update({"-1": -1, "1e12": 10**12})
+                kinds.update({"-1": -1, "1e12": 10**12 if isinstance(value, int) else 1.0e12})
             if isinstance(value, list):
                 kinds.update({"empty": [], "all -1": [-1] * len(value)})
             for kind, new in kinds.items():

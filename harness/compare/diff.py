@@ -4,8 +4,9 @@ A set of runs is one of
 - a folder of run files (`runs/align`), optionally filtered: `runs/align:good@0,1` (arm good,
   seeds 0 and 1), `runs/align:good` (every seed of good), `runs/align:@0` (seed 0 of each arm);
 - a git revision or a DVC experiment's name, `rev:HEAD~1[:FOLDER][:SELECT]` or
-  `rev:EXPNAME` (FOLDER defaults to runs/align): the files at that commit, read through `dvc.api.DVCFileSystem`, so DVC-tracked outputs come from the
-  DVC cache and git-tracked ones from git; the revision's `params.yaml` gives its params;
+  `rev:EXPNAME` (FOLDER defaults to runs/align): the files at that commit, read through
+  `dvc.api.DVCFileSystem`, so DVC-tracked outputs come from the DVC cache and git-tracked ones
+  from git; the revision's `params.yaml` gives its params;
 - MLflow run ids, `mlflow:ID[,ID...]`: the `final.*` scores the align stage logs, params and
   `env.*` tags from the tracking store (MLFLOW_TRACKING_URI, else the repository's
   sqlite:///mlflow.db).

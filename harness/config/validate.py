@@ -56,12 +56,17 @@ def missing_knobs(profile: str, block: dict) -> list[str]:
             for key in keys if f"{section}.{key}" not in flat]
 
 
-# Typo guards, not limits of the method: values beyond these cost days of compute and are
-# almost always an extra zero (the paper's runs stay orders of magnitude below each). Raise
-# one here when you mean it.
+# Typo guards, not limits of the method: counts beyond these cost days of compute, rates and
+# weights beyond them diverge or drown the loss, noise beyond them is all noise; each is almost
+# always an extra zero (the paper's runs stay orders of magnitude below: lr 1e-3, weight
+# decay .05, lamb .02, grad clip 1). Raise one here when you mean it.
 LIMITS = {"data.vocab_size": 1_000_000, "train.epochs": 10_000, "probe.epochs": 10_000,
           "eval.n_resamples": 1_000_000, "eval.n_permutations": 100_000,
-          "theory.bound_worlds": 1_000_000, "theory.n_points": 1_000_000}
+          "theory.bound_worlds": 1_000_000, "theory.n_points": 1_000_000,
+          "train.lr": 10, "image.lr": 10, "train.weight_decay": 10, "image.weight_decay": 10,
+          "train.lamb": 1_000, "image.lamb": 1_000, "train.grad_clip": 1_000_000,
+          "data.world.colour_noise": 10, "data.world.pixel_noise": 10,
+          "data.world.background": 10}
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence entropy words and torch's manual_seed both take this
 # Any other integer: a count, a size or a width. None of the paper's is near 1e9 (its largest
 # is the 940M images of its web corpus, which no knob here counts); beyond it a value is an
@@ -93,8 +98,8 @@ def value_problems(profile: str, block: dict) -> list[str]:
                        "or size of the method comes near it")
         limit = LIMITS.get(key)
         if limit is not None and isinstance(value, int | float) and value > limit:
-            out.append(f"{where} = {value:,}: above {limit:,}, almost surely a typo (each unit "
-                       "costs compute); if you mean it, raise LIMITS in harness/config/validate.py")
+            out.append(f"{where} = {value:,}: above {limit:,}, almost surely a typo; if you "
+                       "mean it, raise LIMITS in harness/config/validate.py")
     return out
 
 
