@@ -188,12 +188,15 @@ def test_diff_between_two_commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     rc, _, err = run_cli(capsys, "rev:nosuchrev", "rev:HEAD")
     assert rc == 2 and "nosuchrev" in err
     # a DVC experiment by its name: the ref `dvc exp run -n lamb04` leaves on its commit
-    git(repo, "update-ref", "refs/exps/ab/cdef0123/lamb04", "HEAD")
+    git(repo, "update-ref", f"refs/exps/ab/{'c' * 38}/lamb04", "HEAD")
+    git(repo, "update-ref", "refs/exps/celery/stash", "HEAD~1")  # DVC's own: never a name
     by_name = diff_sets(load_set("rev:HEAD~1:good@0"), load_set("rev:lamb04:good@0"),
                         n_resamples=200)
     assert row(by_name, "r_at_1_fit")["delta"] == pytest.approx(0.5 - 0.9)
     assert by_name["params"] == result["params"]
-    git(repo, "update-ref", "refs/exps/12/3456789a/lamb04", "HEAD~1")
+    rc, _, err = run_cli(capsys, "rev:stash", "rev:HEAD")
+    assert rc == 2 and "neither a commit nor a DVC experiment" in err
+    git(repo, "update-ref", f"refs/exps/12/{'3' * 38}/lamb04", "HEAD~1")
     rc, _, err = run_cli(capsys, "rev:lamb04", "rev:HEAD")
     assert rc == 2 and "2 DVC experiments have this name" in err
 

@@ -202,8 +202,8 @@ STILL_VALID = {
 
 
 def knob_mutations(raw: dict):
-    """(key, kind, edit) for every knob of the world profile: deleted, a string, null, and for
-    numbers -1 and 10**12, for lists empty and all -1."""
+    """(section, key, kind, edit) for every knob of the world profile: deleted, a string,
+    null, and for numbers -1 and 10**12, for lists empty and all -1."""
     from harness.config.validate import knob_keys
 
     for section, keys in knob_keys().items():
@@ -230,13 +230,14 @@ def knob_mutations(raw: dict):
                         del block[last]
                     else:
                         block[last] = new
-                yield dotted, kind, edit
+                yield section, key, kind, edit
 
 
 def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path):
     """The fault campaign's params sweep: every knob of the world profile deleted, mistyped,
     null, negative, absurdly large or emptied, one at a time. Each is refused by the check
-    `harness run` makes before any stage (validate_params) with a ParamsError naming the key,
+    `harness run` makes before any stage (validate_params) with a ParamsError naming the key
+    and its section,
     but for the few STILL_VALID (each a valid setting); nothing else escapes."""
     import copy
 
@@ -245,7 +246,8 @@ def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path)
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     path = tmp_path / "params.yaml"
     refused, escaped, unnamed = 0, [], []
-    for dotted, kind, edit in knob_mutations(raw):
+    for section, key, kind, edit in knob_mutations(raw):
+        dotted = f"{section}.{key}"
         changed = copy.deepcopy(raw)
         edit(changed)
         path.write_text(yaml.safe_dump(changed, sort_keys=False))
@@ -253,7 +255,7 @@ def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path)
             validate_params(load_params(path))
         except ParamsError as e:
             refused += 1
-            if dotted.rsplit(".", 1)[-1] not in str(e):
+            if section not in str(e) or key.rsplit(".", 1)[-1] not in str(e):
                 unnamed.append(f"{dotted} {kind}: {e}")
             continue
         if (dotted, kind) not in STILL_VALID:

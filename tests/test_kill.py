@@ -1,5 +1,6 @@
 """kill -9 per stage: each stage of the tiny world's chain (world, prepare, image, train,
-align, aggregate) killed with SIGKILL part-way, then run again. Nothing half-written is left
+align, aggregate) killed with SIGKILL part-way (as soon as its output's temp appears, else at
+0.6 of its wall time), then run again. Nothing half-written is left
 (its output is absent, or whole and equal to an uninterrupted run's), and the rerun's outputs
 equal the uninterrupted run's byte for byte, with no temp file of the killed write left.
 
@@ -38,7 +39,7 @@ STAGES = [  # (stage, dvc.yaml's command on the world profile, its outputs)
      "data/world/prepared --out runs/results.json --metrics runs/metrics/aggregate",
      ["runs/results.json", "runs/metrics/aggregate"]),
 ]
-KILL_AT = 0.6  # of the stage's uninterrupted wall time
+KILL_AT = 0.6  # of the stage's uninterrupted wall time, unless its write begins earlier
 
 
 # What differs between two whole runs by design: the training's MLflow run id (a fresh
@@ -74,21 +75,26 @@ def temps(repo: Path, outs: list[str]) -> list[str]:
         f".{Path(out).name}.*.tmp*"))
 
 
-def run(repo: Path, cmd: str, kill_after: float | None = None) -> float:
-    """`cmd` in its own process group; with `kill_after`, SIGKILL the group then. Returns the
-    wall time."""
+def run(repo: Path, cmd: str, outs: list[str], kill_after: float | None = None) -> float:
+    """`cmd` in its own process group, to its end; with `kill_after`, SIGKILL the group as soon
+    as a temp sibling of an output appears (the write has begun), or after `kill_after`
+    seconds, and assert that it was still running then. Returns the wall time."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd.split(), cwd=repo, env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     if kill_after is None:
         err = proc.communicate(timeout=900)[1]
         assert proc.returncode == 0, f"{cmd}:\n{err[-3000:]}"
-    else:
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        return time.monotonic() - start
+    while proc.poll() is None and time.monotonic() - start < kill_after \
+            and not temps(repo, outs):
+        time.sleep(0.01)
+    assert proc.poll() is None, f"{cmd} ended before it could be killed"
+    print(f"killed {cmd.split()[1]} at {time.monotonic() - start:.2f} s, "
+          f"{'while writing' if temps(repo, outs) else 'before writing'}")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
     return time.monotonic() - start
 
 
@@ -100,7 +106,7 @@ def test_every_stage_killed_9_then_rerun_equals_the_uninterrupted_run(tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     seconds, whole = {}, {}
     for stage, cmd, outs in STAGES:
-        seconds[stage] = run(repo, cmd)
+        seconds[stage] = run(repo, cmd, outs)
         whole[stage] = [digest(repo / o) for o in outs]
         assert None not in whole[stage]
     for stage, cmd, outs in STAGES:
@@ -110,9 +116,9 @@ def test_every_stage_killed_9_then_rerun_equals_the_uninterrupted_run(tmp_path):
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        run(repo, cmd, kill_after=KILL_AT * seconds[stage])
+        run(repo, cmd, outs, kill_after=KILL_AT * seconds[stage])
         for out, expected in zip(outs, whole[stage], strict=True):
             assert digest(repo / out) in (None, expected), f"{stage}: {out} half-written"
-        run(repo, cmd)
+        run(repo, cmd, outs)
         assert [digest(repo / o) for o in outs] == whole[stage], f"{stage}: rerun differs"
         assert temps(repo, outs) == [], f"{stage}: leftovers"

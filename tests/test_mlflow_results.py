@@ -202,3 +202,16 @@ def test_another_seed_set_gets_its_own_runs_and_leaves_the_first_ones(store, tmp
     assert set(before) == {f"{a} (seeds 0)" for a in PARAMS.arms}
     assert {name: store.get_run(i).data.metrics
             for name, i in children(store, first).items()} == before
+
+
+def test_a_pipeline_run_from_before_seeds_were_its_identity_is_found_not_doubled(store,
+                                                                                  tmp_path):
+    """A store written by the earlier code holds a pipeline run keyed without `seeds`: the
+    aggregate finds it, tags its seeds and updates it rather than opening a second one."""
+    with tracking._first_use_lock():
+        exp = tracking._experiment_id(__import__("mlflow"))
+    old = store.create_run(exp, run_name="world results", tags={
+        tracking.ROLE: "pipeline", "profile": "world", "params_hash": PARAMS.hash}).info.run_id
+    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
+    assert aggregate(tmp_path, align_dir(tmp_path, ids))["mlflow_run_id"] == old
+    assert store.get_run(old).data.tags["seeds"] == "0,1"

@@ -119,7 +119,10 @@ def parse_spec(spec: str) -> Spec:
     return Spec(kind, where, rev, arm, seeds)
 
 
-EXP_REFS = "refs/exps/"  # DVC keeps each experiment as refs/exps/XX/BASELINE_REST/NAME
+EXP_REFS = "refs/exps/"
+# an experiment's ref: refs/exps/ + its baseline commit split 2 / 38 + its name; DVC's own refs
+# under refs/exps/ (stash, celery/..., exec/..., apply/..., temp/...) have other shapes
+EXP_REF = re.compile(r"^refs/exps/[0-9a-f]{2}/[0-9a-f]{38}/(?P<name>[^/]+)$")
 
 
 def resolve_rev(rev: str) -> str | None:
@@ -130,8 +133,8 @@ def resolve_rev(rev: str) -> str | None:
     if commit is not None:
         return commit
     refs = git_out("for-each-ref", "--format=%(refname) %(objectname)", EXP_REFS) or ""
-    found = [line.split() for line in refs.splitlines() if line.rsplit(" ", 1)[0]
-             .rsplit("/", 1)[-1] == rev]
+    found = [(ref, commit) for ref, commit in (line.rsplit(" ", 1) for line in refs.splitlines())
+             if (m := EXP_REF.match(ref)) and m["name"] == rev]
     if len(found) > 1:
         raise DiffError(f"rev:{rev}: {len(found)} DVC experiments have this name "
                         f"({', '.join(ref for ref, _ in found)}); give its commit instead")
@@ -182,8 +185,9 @@ def git_out(*args: str) -> str | None:
 def run_from_file(files: Files, folder: str, name: str) -> Run:
     """One `ARM-sSEED.json` and, when it names one, its per-query `.npz`."""
     path = f"{folder.rstrip('/')}/{name}"
+    raw = files.read(path) or b""
     try:
-        data = json.loads(files.read(path) or b"")
+        data = json.loads(raw)
     except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes that are no text
         why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
         raise DiffError(f"{files.where(path)}: not valid JSON ({why}); rerun its align "

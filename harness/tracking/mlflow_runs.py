@@ -403,6 +403,12 @@ def _find_or_create(client: Any, experiment_id: str, key: dict[str, str], name: 
     `name`: a re-run finds the same run."""
     query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in key.items())
     found = client.search_runs([experiment_id], query, max_results=1)
+    if not found and "seeds" in key:  # a run made before seeds were part of its identity
+        legacy = " and ".join(f"tags.`{k}` = '{v}'" for k, v in key.items() if k != "seeds")
+        found = [r for r in client.search_runs([experiment_id], legacy)
+                 if "seeds" not in r.data.tags][:1]
+        if found:
+            client.set_tag(found[0].info.run_id, "seeds", key["seeds"])
     if not found:
         return client.create_run(experiment_id, tags=key, run_name=name).info.run_id
     client.update_run(found[0].info.run_id, name=name)
@@ -463,7 +469,7 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
             top = _find_or_create(client, experiment_id, key, f"{profile} results")
             missing, arm_runs = [], []
             for arm, block in stats["arms"].items():
-                arm_seeds = block["seeds"]
+                arm_seeds = sorted(block["seeds"])
                 run_id = _find_or_create(client, experiment_id,
                                          {**key, ROLE: "arm", "arm": arm,
                                           "seeds": ",".join(map(str, arm_seeds))},
