@@ -208,10 +208,9 @@ def test_a_pipeline_run_from_before_seeds_were_its_identity_is_found_not_doubled
                                                                                   tmp_path):
     """A store written by the earlier code holds a pipeline run keyed without `seeds`: the
     aggregate finds it, tags its seeds and updates it rather than opening a second one."""
-    with tracking._first_use_lock():
-        exp = tracking._experiment_id(__import__("mlflow"))
+    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
+    exp = store.get_run(ids["good", 0]).info.experiment_id
     old = store.create_run(exp, run_name="world results", tags={
         tracking.ROLE: "pipeline", "profile": "world", "params_hash": PARAMS.hash}).info.run_id
-    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
     assert aggregate(tmp_path, align_dir(tmp_path, ids))["mlflow_run_id"] == old
     assert store.get_run(old).data.tags["seeds"] == "0,1"
