@@ -70,6 +70,11 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` store; None for a server or another store."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 @contextlib.contextmanager
 def _first_use_lock() -> Iterator[None]:
     """On the SQLite default, one process at a time creates the database and the experiment:
@@ -78,11 +83,10 @@ def _first_use_lock() -> Iterator[None]:
     file itself, which SQLite's own (fcntl) locks ignore."""
     import fcntl
 
-    uri = tracking_uri()
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(tracking_uri())
+    if path is None:
         yield
         return
-    path = Path(uri.removeprefix("sqlite:///"))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -100,9 +104,9 @@ def _experiment_id(mlflow: Any) -> str:
                 mlflow.MlflowClient().set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
     location = None  # a server keeps its own (mlflow-artifacts:)
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):  # beside the database, which several workspaces may share
-        location = (Path(uri.removeprefix("sqlite:///")).parent / "mlruns").as_uri()
+    database = sqlite_path(tracking_uri())
+    if database is not None:  # beside the database, which several workspaces may share
+        location = (database.parent / "mlruns").as_uri()
     try:
         return mlflow.create_experiment(EXPERIMENT, artifact_location=location,
                                         tags=EXPERIMENT_KIND)
@@ -149,8 +153,9 @@ def check_server(uri: str | None = None) -> None:
     import urllib.request
 
     uri = uri or tracking_uri()
-    if uri.startswith("sqlite:///"):
-        check_sqlite(Path(uri.removeprefix("sqlite:///")))
+    database = sqlite_path(uri)
+    if database is not None:
+        check_sqlite(database)
     if not uri.startswith(("http://", "https://")):
         return
     try:
@@ -333,8 +338,8 @@ def log_final(run_id: str | None, metrics: dict[str, Any], calibrated: dict[str,
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial tables"
     try:
-        uri = tracking_uri()
-        if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        database = sqlite_path(tracking_uri())
+        if database is not None and not database.exists():
             raise ContractError(f"Run with id={run_id} not found: there is no database")
         with _quick_calls():
             check_server()
