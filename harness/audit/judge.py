@@ -17,32 +17,76 @@ from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
 from harness.records.schemas import AUDIT
-from harness.records.verdicts import STATUSES, VERDICTS
+from harness.records.verdicts import COUNT_CHECK, GAP_CHECK, MEAN_CHECK, STATUSES, VERDICTS
 
 
 def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
-    """Every derived claim's formula, every relation, and the rerun's own per-seed recalls
-    (an R@k over n test pairs is a count out of n)."""
+    """Every derived claim's formula, every relation, and the rerun's own numbers checked
+    against each other (`_rerun_checks`)."""
     out = [check_derived(c, ctx.claims) for c in ctx.claims.values()
            if c.formula and c.kind == "derived_arithmetic"]
     out += [check_relation(r, ctx.claims) for r in ctx.relations]
-    return out + (_counts_in_results(ctx.results) if ctx.results else [])
+    return out + (_rerun_checks(ctx.results, ctx.claims) if ctx.results else [])
 
 
-def _counts_in_results(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+# Two float64 means of the same S <= 10^6 numbers in [0, 1] summed in other orders differ by at
+# most S * 2^-52 < 3e-10; one test pair out of 1,000 moves an R@1 by 1e-3.
+SAME = 1e-9
+
+
+def _rerun_checks(results: Mapping[str, Any], claims: Mapping[str, Claim]
+                  ) -> list[dict[str, Any]]:
+    """results.json against itself: an R@k over n test pairs is a count out of n; an arm's mean
+    is the mean of its seeds' values; a paired gap is the difference of the two arms' means
+    (each arm's mean and the gap average the same seeds and pairs). Each check names the claims
+    that read that number (`claims`; `audit` keeps those it judged from it)."""
     n = int(results.get("n_test", 0))
+    arms = results.get("arms", {})
     out = []
-    for arm, block in sorted(results.get("arms", {}).items()):
-        for metric in ("r_at_1", "r_at_5"):
-            values = block.get("metrics", {}).get(metric, {}).get("values", {})
-            for seed, v in sorted(values.items()):
+    for arm, block in sorted(arms.items()):
+        for metric, m in sorted(block.get("metrics", {}).items()):
+            values = m.get("values") or {}
+            readers = _readers(claims, {arm}, metric)
+            for seed, v in sorted(values.items()) if metric in ("r_at_1", "r_at_5") else ():
                 ok = n > 0 and abs(v * n - round(v * n)) < 1e-6
-                out.append({"id": f"results:{arm}-s{seed}:{metric}", "check": "count out of n",
+                out.append({"id": f"results:{arm}-s{seed}:{metric}", "check": COUNT_CHECK,
                             "value": v, "n": n, "status": "holds" if ok else "fails",
-                            "detail": f"{v} * {n} = {v * n:.6g}"})
+                            "detail": f"{v} * {n} = {v * n:.6g}", "claims": readers})
+            if values and "mean" in m:
+                seeds_mean = sum(values.values()) / len(values)
+                out.append({"id": f"results:{arm}:{metric}", "check": MEAN_CHECK,
+                            "value": m["mean"], "status": _same(m["mean"], seeds_mean),
+                            "detail": f"mean {m['mean']:.6g}, seeds' mean {seeds_mean:.6g}",
+                            "claims": readers})
+    for gap in results.get("gaps", []):
+        a, b, metric = gap["a"], gap["b"], gap["metric"]
+        ma, mb = (arms.get(x, {}).get("metrics", {}).get(metric, {}).get("mean") for x in (a, b))
+        if ma is None or mb is None or "diff" not in gap:
+            continue
+        out.append({"id": f"results:{a}-{b}:{metric}", "check": GAP_CHECK,
+                    "value": gap["diff"], "status": _same(gap["diff"], ma - mb),
+                    "detail": f"gap {gap['diff']:.6g}, {a} - {b} means {ma - mb:.6g}",
+                    "claims": _readers(claims, {a, b}, metric, both=True)})
     return out
 
 
+def _same(x: float, y: float) -> str:
+    return "holds" if abs(x - y) <= SAME else "fails"
+
+
+def _readers(claims: Mapping[str, Claim], arms: set[str], metric: str, both: bool = False
+             ) -> list[str]:
+    """The claims whose verdict reads `metric` of `arms`: a measured claim on one of them, an
+    ordering on them (with `both`, an ordering of exactly these two)."""
+    out = []
+    for c in claims.values():
+        if c.check is not None and c.check.a and c.check.key == metric:
+            pair = {c.check.a, c.check.b}
+            if (pair == arms) if both else (pair & arms):
+                out.append(c.id)
+        elif not both and c.metric == metric and c.setup.get("arm") in arms:
+            out.append(c.id)
+    return sorted(out)
 
 
 def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
@@ -94,6 +138,10 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "evidence": dict(v.evidence),
                      "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None})
     checks = arithmetic_checks(ctx)
+    judged = {r["id"] for r in rows if r["verdict"] not in ("not rerun", "not comparable")}
+    for check in checks:  # a rerun check's readers: the claims this audit judged from it
+        if "claims" in check:
+            check["claims"] = [cid for cid in check["claims"] if cid in judged]
     return {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
             "arithmetic": checks, "at_chance": at_chance(ctx.results),
             "rerun_paths": rerun_paths(ctx.claims, rows), "summary": summarize(rows, checks)}

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.audit.gate import AUDIT_PATH, add_gate_args, report_gate
 from harness.config.params import Params, load_params
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json
 
 PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data/${profile}/raw
-AUDIT_OUT = Path("reports/audit.json")  # the audit stage's output in dvc.yaml
 
 
 def check_raw_data(params: Params, raw: Path) -> None:
@@ -77,15 +77,14 @@ def main(argv: list[str]) -> int:
     parser = stage_parser("run", main.__doc__)
     parser.add_argument("dvc_args", nargs="*",
                         help="extra arguments for `dvc repro` (after --, e.g. -- --dry)")
-    parser.add_argument("--fail-on", default="", help="exit 1 when the audit finds one of "
-                        "these (as `harness audit --fail-on`), for CI gates")
+    add_gate_args(parser)  # --fail-on, --baseline: as `harness audit` takes them
     parser.add_argument("--check", action="store_true",
                         help="validate params.yaml and the inputs, list the stages `dvc status` "
                              "finds stale, run nothing (`-- --dry` fails on a fresh clone: "
                              "DVC issue #9021)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness run --help` answers at once
-    from harness.audit.gate import gate, parse_fail_on
+    from harness.audit.gate import gate, load_baseline, parse_fail_on, ungated
     from harness.config.validate import seed_warnings, validate_params
 
     try:
@@ -94,6 +93,10 @@ def main(argv: list[str]) -> int:
             raise ContractError(f"{Path.cwd()}: no dvc.yaml here; run `harness run` from the "
                                 f"repository root, {root}")
         fail_on = parse_fail_on(args.fail_on)
+        # read before `dvc repro` rewrites it: --baseline reports/audit.json is the last run's
+        baseline = load_baseline(args.baseline) if args.baseline else None
+        if "changed" in fail_on and baseline is None:
+            gate({}, fail_on, None)  # raises, naming the fix, before any stage runs
         profile = load_params(args.params).profile
         raw = Path(PROFILE_RAW.format(profile=profile))
         params = preflight(args.params, raw)
@@ -126,9 +129,11 @@ def main(argv: list[str]) -> int:
         print(f"\nprofile {params.profile}: reports/audit.html and reports/audit.pdf are ready; "
               "`mlflow ui --backend-store-uri sqlite:///mlflow.db` serves the training runs at "
               f"{ui_url() or 'http://127.0.0.1:5000'}")
-    if code == 0 and fail_on:
-        tripped = gate(read_json(AUDIT_OUT), fail_on)
-        if tripped:
-            print(f"run: --fail-on {','.join(tripped)} tripped ({AUDIT_OUT})", file=sys.stderr)
-            return 1
+    if code == 0 and fail_on and "--dry" not in args.dvc_args:
+        try:
+            doc = read_json(AUDIT_PATH)
+            return report_gate("run", gate(doc, fail_on, baseline),
+                               ungated(doc, fail_on, baseline))
+        except ContractError as e:
+            return fail(e)
     return code

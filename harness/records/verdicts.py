@@ -11,13 +11,21 @@ VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered
 # "informational": a relation whose check is by design no finding (the registry's
 # `informational:` says why); it is shown with what its check found (`found`), never counted
 STATUSES = ("holds", "informational", "holds within input rounding", "ambiguous", "fails")
-FAIL_ON = {  # `--fail-on` names -> the verdicts/statuses that trip it
-    "differs": {"differs"},
-    "arithmetic": {"arithmetic fails", "relation fails", "check fails"},
-    "ambiguous": {"relation ambiguous"},
-    "inconclusive": {"inconclusive", "inconclusive (underpowered)"},
-    "not-seen": {"pattern not seen on another profile"},
-}
+# The CI gate's `--fail-on` names (harness.audit.gate). The rerun's own findings trip it as
+# they stand: a claim with one of these verdicts, an arm at chance (the audit's `at_chance`), a
+# count check of the rerun's own scores that fails.
+GATE_VERDICTS = {"differs": ("differs",),
+                 "inconclusive": ("inconclusive", "inconclusive (underpowered)"),
+                 "not-seen": ("pattern not seen on another profile",)}
+# The articles' printed numbers are the same on every rerun of one registry (the paper's own
+# inconsistencies fail on a clean clone), so their checks trip the gate only as a change against
+# a baseline audit (`--baseline`): a check with this status that the baseline's did not have.
+GATE_PRINTED = {"arithmetic": "fails", "ambiguous": "ambiguous"}
+# "changed": any claim's verdict or any check's status other than the baseline's.
+FAIL_ON = (*GATE_VERDICTS, "at-chance", *GATE_PRINTED, "changed")
+# the arithmetic checks of the rerun's own numbers, results.json against itself (judge.py)
+COUNT_CHECK, MEAN_CHECK, GAP_CHECK = RERUN_CHECKS = (
+    "count out of n", "mean of the seeds", "gap of the means")
 # why a claim is not rerun (the registry's `why_not_rerun`) -> what it says; "metadata": a
 # description of the setup, with nothing to measure
 WHY_NOT_RERUN = {"data": "needs data this pipeline does not have",

@@ -3,14 +3,20 @@ with its evidence (harness.audit.judge; margins from params.yaml, checked when i
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.audit.gate import AUDIT_PATH, add_gate_args, report_gate
 from harness.config.params import load_params
 from harness.records.schemas import REFERENCE, RESULTS, THEORY, Schema
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
+
+
+def maybe_path(text: str) -> Path | None:
+    """An input path; '' for none (the evaluation-only pipeline's audit reads no training run)."""
+    return Path(text) if text else None
 
 
 def read_optional(path: Path | None, schema: Schema) -> Any:
@@ -31,32 +37,28 @@ def data_label(profile: str, results: Any) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Audit --claims against --results, --theory and --contamination under --params; write
-    the verdicts to --out."""
+    """Audit --claims against --results, --theory and --contamination under --params (by
+    default the files the pipeline's audit stage reads); write the verdicts to --out, if given;
+    with --fail-on, exit 1 naming every claim or check that trips the gate."""
     from harness.audit.claims import load_registry
-    from harness.audit.gate import check_params_hash, gate, parse_fail_on
+    from harness.audit.gate import (
+        check_params_hash,
+        gate,
+        load_baseline,
+        parse_fail_on,
+        ungated,
+    )
     from harness.audit.judge import audit
     from harness.audit.rules import Context
 
-    parser = stage_parser("audit", main.__doc__)
-    parser.add_argument("--claims", type=Path, required=True, help="claims registry (YAML)")
-    parser.add_argument("--results", type=Path, help="aggregate's results JSON")
-    parser.add_argument("--theory", type=Path, help="theory stage's JSON")
-    parser.add_argument("--contamination", type=Path, help="contamination stage's JSON")
-    parser.add_argument("--reference", type=Path, help="the reference stage's scores of public "
-                        "encoders (runs/reference/wit1024.json); absent: their claims are not "
-                        "rerun")
-    parser.add_argument("--out", type=Path, required=True, help="audit JSON")
-    parser.add_argument("--fail-on", default="", help="exit 1 when one of these occurs "
-                        "(comma-separated: differs, arithmetic, ambiguous, inconclusive, "
-                        "not-seen), for CI gates")
-    args = parser.parse_args(argv)
+    args = audit_parser().parse_args(argv)
     try:
         params = load_params(args.params)
         results = read_optional(args.results, RESULTS)
         if results is not None:
             check_params_hash(results, params.hash, str(args.results))
         fail_on = parse_fail_on(args.fail_on)
+        baseline = load_baseline(args.baseline) if args.baseline else None
         registry = load_registry(args.claims)
         scores = read_optional(args.reference, REFERENCE)
         profile = "wit1024" if results is None and scores else data_label(params.profile,
@@ -64,16 +66,36 @@ def main(argv: list[str]) -> int:
         doc = audit(registry, Context(registry.claims, profile, results,
                                       read_optional(args.theory, THEORY),
                                       margins=params.margins, reference=scores))
+        tripped = gate(doc, fail_on, baseline)
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.reference,
               args.params]
     doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p and p.exists()}
-    write_json(args.out, doc)
     for verdict, count in doc["summary"].items():
         print(f"{verdict:<38} {count}")
-    print(f"wrote {args.out}")
-    tripped = gate(doc, fail_on)
-    if tripped:
-        print(f"audit: --fail-on {','.join(tripped)} tripped", file=sys.stderr)
-    return 1 if tripped else 0
+    if args.out:
+        write_json(args.out, doc)
+        print(f"wrote {args.out}")
+    return report_gate("audit", tripped, ungated(doc, fail_on, baseline))
+
+
+def audit_parser() -> argparse.ArgumentParser:
+    """`harness audit`'s options; the input paths default to those dvc.yaml's audit stage gives."""
+    parser = stage_parser("audit", main.__doc__)
+    parser.add_argument("--claims", type=Path, default=Path("harness/audit/claims.yaml"),
+                        help="claims registry (YAML; default: %(default)s)")
+    parser.add_argument("--results", type=maybe_path, default=Path("runs/results.json"),
+                        help="aggregate's results JSON (default: %(default)s; '' for none)")
+    parser.add_argument("--theory", type=maybe_path, default=Path("runs/theory.json"),
+                        help="theory stage's JSON (default: %(default)s)")
+    parser.add_argument("--contamination", type=maybe_path,
+                        default=Path("runs/contamination.json"),
+                        help="contamination stage's JSON (default: %(default)s)")
+    parser.add_argument("--reference", type=Path, help="the reference stage's scores of public "
+                        "encoders (runs/reference/wit1024.json); absent: their claims are not "
+                        "rerun")
+    parser.add_argument("--out", type=Path, help="audit JSON to write (the pipeline's: "
+                        f"{AUDIT_PATH}); absent: the verdicts are only counted and gated")
+    add_gate_args(parser)
+    return parser

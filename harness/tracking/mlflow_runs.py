@@ -117,12 +117,13 @@ def _experiment_id(mlflow: Any) -> str:
 
 
 def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
-    """The `mlflow ui` page of this project's training runs (None before the first run)."""
+    """The `mlflow ui` page of this project's runs table (None before the first run): the
+    experiment's own address opens MLflow 3's overview tab, its `/runs` the table."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
     found = mlflow.get_experiment_by_name(EXPERIMENT)
-    return None if found is None else f"{host}/#/experiments/{found.experiment_id}"
+    return None if found is None else f"{host}/#/experiments/{found.experiment_id}/runs"
 
 
 # While a run is live, a call to the server gives up after one try and 10 s, so an outage costs
