@@ -10,6 +10,7 @@ import hashlib
 import importlib.resources
 import io
 import os
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import jinja2
 import numpy as np
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from prh.io import write_bytes
 
@@ -131,6 +132,28 @@ def templates_dir() -> Path:
     return Path(str(importlib.resources.files("harness.templates")))
 
 
+# an identifier in a sentence: a snake_case name (with any path or dots around it) or a dotted
+# path of lowercase names; tests/typeset.py's RAW_KEY finds those left outside code style
+CODE_WORD = re.compile(r"[\w./-]*[a-z0-9]_[\w./-]*[\w]|\b[a-z_]+\.[a-z_]+(?:\.[a-z_]+)*\b")
+
+
+def ident(text: Any) -> Markup:
+    """An identifier that may break after `_`, `.` and `/` only (never inside a name)."""
+    return Markup(re.sub(r"([_./])", r"\1<wbr>", str(escape(text))))
+
+
+def code_words(text: Any) -> Markup:
+    """`text` with each identifier in it set as code (`.mono`, breakable at `ident`'s points):
+    a claim id in a formula, a revision or file name in a command."""
+    out, last = [], 0
+    raw = str(text)
+    for m in CODE_WORD.finditer(raw):
+        out += [str(escape(raw[last:m.start()])),
+                f'<span class="mono">{ident(m.group())}</span>']
+        last = m.end()
+    return Markup("".join([*out, str(escape(raw[last:]))]))
+
+
 def render(context: Mapping, templates: Path | None = None) -> str:
     """The report HTML: autoescaped (captions and statements are data), self-contained
     (inline SVG, embedded CSS and fonts, no script, no network)."""
@@ -140,6 +163,8 @@ def render(context: Mapping, templates: Path | None = None) -> str:
                              lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["num"] = fmt_num
     env.filters["ci"] = fmt_ci
+    env.filters["ident"] = ident
+    env.filters["code_words"] = code_words
     template = env.get_template("report.html.j2")
     draft = template.render(**context, font_css="")
     return template.render(**context, font_css=Markup(font_css(draft)))

@@ -40,6 +40,14 @@ GLOSS = {
 }
 STATUS_ORDER = ("fails", "ambiguous", "holds within input rounding")
 TOLERANCE_KEY = "grid.identities_over_tolerance."  # theory identities judged in these units
+# runs/theory.json's keys that theory claims are judged on, in words for the first page (the
+# key itself stays in the audit table's evidence)
+THEORY_WORDS = {"bound.all_hold": "every world under its bound (1: yes, 0: no)",
+                "bound.largest_ratio": "largest mismatch as a share of its bound",
+                "grid.n_above": "grid points above the threshold",
+                "grid.n_under": "grid points under the threshold",
+                "grid.threshold_holds": "the threshold rule holds (1: yes, 0: no)",
+                "grid.tie_rows.r": "rows tied at the threshold"}
 
 
 @dataclass(frozen=True)
@@ -117,10 +125,11 @@ def rerun_value(source: str, results: Mapping[str, Any] | None,
                 "what": "largest deviation in units of its rows' attainable accuracy (at most "
                         "1 holds)"}
     if kind == "evidence" and isinstance(evidence.get("run"), int | float):
+        key, factor = str(evidence.get("key", "")), evidence.get("factor", 1)
+        words = THEORY_WORDS.get(key, key)
         return {"value": f"{evidence['run']:.3g}", "ci": "",
-                "what": f"{evidence.get('key', '')}" + (f" × {evidence['factor']:g}"
-                                                        if evidence.get("factor", 1) != 1
-                                                        else "")}
+                "what": f"{words}, in %" if factor == 100 else words if factor == 1
+                else f"{words} × {factor:g}"}
     return {"value": "—", "ci": "", "what": "not measured by this run"}
 
 
