@@ -242,8 +242,9 @@ def test_best_is_never_below_last(values: list[float]) -> None:
 
 
 @pytest.mark.parametrize(("value", "text"), [(0.2431, "0.243"), (None, "—"), (7, "7"),
-                                             (0.0004, "0.0004"), (0.0, "0.000"), (True, "True"),
-                                             ("abc", "abc"), (5.3e-15, "5.30e-15")])
+                                             (0.0004, "0.0004"), (0.0, "0.000"), (True, "yes"),
+                                             (False, "no"), ("abc", "abc"),
+                                             (5.3e-15, "5.30e-15")])
 def test_fmt_num(value: object, text: str) -> None:
     assert fmt_num(value) == text
 

@@ -1,9 +1,9 @@
 """The report typeset for reading, checked on its real renderings (tests/typeset.py): the PDF
 (WeasyPrint, read back by pdftotext) breaks no word inside a line; the HTML in headless Chromium
 at 1280 and 800 px has no cell whose content spills into the next column and no sideways
-scroll; the first page (the PDF's first two pages) sets no raw key and no unrounded number in
-prose. Each check is first shown to fail on a page made to break it. CI's browser section
-installs Debian's chromium and poppler-utils; without them these tests skip."""
+scroll; no section, the first page (the PDF's first two pages) first, sets a raw key or an
+unrounded number in prose. Each check is first shown to fail on a page made to break it. CI's
+browser section installs Debian's chromium and poppler-utils; without them these tests skip."""
 
 from __future__ import annotations
 
@@ -77,4 +77,10 @@ def test_no_cell_spills_and_no_page_scrolls_sideways(report: tuple[Path, Path],
 def test_the_first_page_sets_no_raw_key_and_no_unrounded_number(report: tuple[Path, Path]
                                                                  ) -> None:
     faults = page_faults(report[0], 1280, first_page_only=True)
+    assert (faults["raw_keys"], faults["unrounded"]) == ([], [])
+
+
+def test_no_section_sets_a_raw_key_or_an_unrounded_number_in_prose(report: tuple[Path, Path]
+                                                                   ) -> None:
+    faults = page_faults(report[0], 1280)
     assert (faults["raw_keys"], faults["unrounded"]) == ([], [])

@@ -18,7 +18,14 @@ from harness.audit.rules import Context
 from harness.report.checklist import checklist
 from harness.report.context import ReportPaths, build_context
 from harness.report.render import brief, render, write_pdf
-from harness.report.summary import HEADLINES, Headline, audit_table, first_page, headline_rows
+from harness.report.summary import (
+    HEADLINES,
+    Headline,
+    audit_table,
+    first_page,
+    fmt,
+    headline_rows,
+)
 from harness.stages.report import main as report_main
 
 FIX = Path(__file__).parent / "fixtures" / "pipeline"
@@ -196,3 +203,47 @@ def test_the_first_page_says_what_rerunning_the_rest_costs(pipeline, doc: dict):
     first = (html := render(build_context(ctx)))[:html.index("Claims audit")]
     assert "What it costs to rerun the claims this run does not measure" in first
     assert "dvc repro pipelines/wit1024/dvc.yaml" in first and "11.5 A100-hours" in first
+
+
+def test_claims_about_one_comparison_are_shown_together_and_say_why_they_differ(doc: dict):
+    """The paper's "bad beats next-token" and the rerun article's "cannot be separated" read
+    one interval; where one pattern shows and the other does not, one sentence says why."""
+    results = load("results.json")
+    rows = {r["ids"][0]: r for r in first_page(doc, results, "world")["headlines"]}
+    bad_ntp = rows["paper_order_bad_ntp_r1"]
+    verdicts = {r["id"]: r["verdict"] for r in doc["claims"]}
+    assert verdicts["paper_order_bad_ntp_r1"] != verdicts["rerun_gap_bad_ntp_r1"]
+    assert [a["id"] for a in bad_ntp["also"]] == ["rerun_gap_bad_ntp_r1"]
+    lo, hi = next(r for r in doc["claims"] if r["id"] == "rerun_gap_bad_ntp_r1")["evidence"]["ci"]
+    why = bad_ntp["why"]
+    assert f"[{fmt(lo, True)}, {fmt(hi, True)}]" in why
+    assert "paper_order_bad_ntp_r1 says that bad beats ntp, which needs the interval above 0" \
+        in why and "rerun_gap_bad_ntp_r1 says that bad and ntp cannot be separated" in why
+    good_ntp = rows["paper_order_good_ntp_r1"]  # both patterns seen: shown together, no why
+    assert [a["id"] for a in good_ntp["also"]] == ["rerun_gap_good_ntp_r1"]
+    assert good_ntp["why"] is None
+    table = audit_table(doc, brief)["rows"]
+    order = [r["id"] for r in table]
+    first = order.index("rerun_gap_bad_ntp_r1")
+    pair = {"rerun_gap_bad_ntp_r1", "paper_order_bad_ntp_r1"}
+    assert set(order[first - 1:first + 1]) == pair or set(order[first:first + 2]) == pair
+    assert [r["id"] for r in table if r.get("why")] in (["rerun_gap_bad_ntp_r1"],
+                                                        ["paper_order_bad_ntp_r1"])
+
+
+@pytest.mark.parametrize(("value", "signed", "text"), [
+    (True, False, "yes"), (False, False, "no"), (399, False, "399"), (3, True, "+3"),
+    (8.9e-15, False, "8.9e−15"), (-2.5e-5, True, "−2.5e−05"), (0.0393333, False, "0.039"),
+    (0.0, True, "+0.000"), (None, False, "—")])
+def test_numbers_print_by_their_kind(value, signed, text):
+    assert fmt(value, signed) == text
+
+
+def test_pool_size_panels_name_their_y_axis():
+    from harness.report.plots import pool_size_curves
+
+    line = {"n": [10, 100], "mean": [0.3, 0.1], "std": [0.01, None]}
+    svg = pool_size_curves({m: {"arms": {"good": line}, "chance": {"n": [10, 100],
+                                                                   "value": [0.1, 0.01]}}
+                            for m in ("r_at_1", "mknn10")})
+    assert "R@1 (share of queries)" in svg and "mutual k-NN overlap" in svg

@@ -12,7 +12,7 @@ from pathlib import Path
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package: Playwright drives it, never downloads
 # a params/results key where a sentence belongs: snake_case words or a dotted path of them
 RAW_KEY = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z_]+\.[a-z_]+(?:\.[a-z_]+)*\b")
-UNROUNDED = re.compile(r"\d\.\d{7,}")  # a float printed with all its digits
+UNROUNDED = re.compile(r"\d\.0*[1-9]\d{6,}")  # more than 7 significant digits: a bare float
 WORD = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2,}(?![A-Za-z0-9])")  # not a run inside a hash
 
 

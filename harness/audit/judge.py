@@ -121,6 +121,15 @@ def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) ->
     return {k: counts.get(k, 0) for k in keys}
 
 
+def _compares(claim: Claim) -> dict[str, str] | None:
+    """What an ordering claim compares (arm a against b on a metric, `order` or
+    `inseparable`): the report shows the claims about one comparison together."""
+    if claim.check is None or not claim.check.a:
+        return None
+    return {"a": claim.check.a, "b": claim.check.b, "key": claim.check.key,
+            "type": claim.check.type}
+
+
 def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, Any]:
     """The audit document (prh.audit/1) without `inputs`. Given a Registry, its relations are
     checked too."""
@@ -136,7 +145,8 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "rule": c.rule, "verdict": v.verdict, "reason": v.reason,
                      "evidence_for": evidence_for(c, v.verdict, ctx), "registry_line": c.line,
                      "evidence": dict(v.evidence),
-                     "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None})
+                     "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None,
+                     "compares": _compares(c)})
     checks = arithmetic_checks(ctx)
     judged = {r["id"] for r in rows if r["verdict"] not in ("not rerun", "not comparable")}
     for check in checks:  # a rerun check's readers: the claims this audit judged from it

@@ -341,11 +341,13 @@ def rule_theory(claim: Claim, ctx: Context) -> Verdict:
         bound = claim.scalar() if check.bound is None else check.bound
         ok = all(OPS[check.op](v, bound) for v in values)
         wanted = f"{check.op} {bound:g}"
-    shown = values if len(values) > 1 else values[0]
+    shown = got if isinstance(got, bool) else values if len(values) > 1 else values[0]
     evidence = {"key": check.key, "run": shown, "factor": check.factor, "wanted": wanted,
-                "claim": claim.scalar()}
+                "claim": claim.scalar()}  # a yes/no stays one, for the report to say so
+    words = ("yes (1)" if got else "no (0)") if isinstance(got, bool) else \
+        ", ".join(f"{v:.4g}" for v in values)
     return Verdict("reproduced" if ok else "differs",
-                   f"{check.key} x {check.factor:g} = {shown} ({wanted} required)", evidence)
+                   f"{check.key} x {check.factor:g} = {words} ({wanted} required)", evidence)
 
 
 def rule_theory_count(claim: Claim, ctx: Context) -> Verdict:

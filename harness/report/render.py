@@ -82,10 +82,13 @@ def brief(value: Any) -> Any:
 
 
 def fmt_num(value: Any, digits: int = 3) -> str:
-    """Formatting only: floats to `digits` decimals (4 significant when tiny), None to a dash."""
+    """A number by its kind: floats to `digits` decimals (`digits` significant when tiny,
+    scientific below 1e-4), integers as they are, a yes/no as a word, None as a dash."""
     if value is None:
         return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if not isinstance(value, int | float | np.floating):
         return str(value)
     if isinstance(value, int):
         return str(value)

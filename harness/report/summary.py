@@ -42,11 +42,11 @@ STATUS_ORDER = ("fails", "ambiguous", "holds within input rounding")
 TOLERANCE_KEY = "grid.identities_over_tolerance."  # theory identities judged in these units
 # runs/theory.json's keys that theory claims are judged on, in words for the first page (the
 # key itself stays in the audit table's evidence)
-THEORY_WORDS = {"bound.all_hold": "every world under its bound (1: yes, 0: no)",
+THEORY_WORDS = {"bound.all_hold": "every world under its bound",
                 "bound.largest_ratio": "largest mismatch as a share of its bound",
                 "grid.n_above": "grid points above the threshold",
                 "grid.n_under": "grid points under the threshold",
-                "grid.threshold_holds": "the threshold rule holds (1: yes, 0: no)",
+                "grid.threshold_holds": "the threshold rule holds",
                 "grid.tie_rows.r": "rows tied at the threshold"}
 
 
@@ -83,10 +83,19 @@ HEADLINES = (
 
 
 def fmt(x: float | None, signed: bool = False) -> str:
-    """Three decimals (a test set of 1,000 pairs resolves .001), a true minus sign."""
+    """A number by its kind: a yes/no as a word, a count as an integer, a tiny error in
+    scientific notation, any other number to three decimals (a test set of 1,000 pairs
+    resolves .001); a true minus sign."""
     if x is None:
         return "—"
-    text = f"{x:+.3f}" if signed else f"{x:.3f}"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        text = f"{x:+d}" if signed else f"{x:d}"
+    elif x != 0 and abs(x) < 5e-4:
+        text = f"{x:+.2g}" if signed else f"{x:.2g}"
+    else:
+        text = f"{x:+.3f}" if signed else f"{x:.3f}"
     return text.replace("-", "−")
 
 
@@ -126,8 +135,8 @@ def rerun_value(source: str, results: Mapping[str, Any] | None,
                         "1 holds)"}
     if kind == "evidence" and isinstance(evidence.get("run"), int | float):
         key, factor = str(evidence.get("key", "")), evidence.get("factor", 1)
-        words = THEORY_WORDS.get(key, key)
-        return {"value": f"{evidence['run']:.3g}", "ci": "",
+        words, run = THEORY_WORDS.get(key, key), evidence["run"]
+        return {"value": fmt(run) if isinstance(run, bool | int) else f"{run:.3g}", "ci": "",
                 "what": f"{words}, in %" if factor == 100 else words if factor == 1
                 else f"{words} × {factor:g}"}
     return {"value": "—", "ci": "", "what": "not measured by this run"}
@@ -160,7 +169,8 @@ def headline_rows(audit: Mapping[str, Any], results: Mapping[str, Any] | None,
         if not found:
             out.append({"label": h.label, "ids": list(h.ids), "paper": "—", "verdict": None,
                         "said": "not in this audit (the registry has no such claim)",
-                        "rerun": rerun_value("none", None, None), "chance": []})
+                        "rerun": rerun_value("none", None, None), "chance": [], "also": [],
+                        "why": None})
             continue
         first = min(found, key=lambda r: _rank(r.get("verdict"), VERDICT_RANK))
         arms = [p for p in h.rerun.split(":")[1:3] if p in chance] if ":" in h.rerun else []
@@ -174,8 +184,55 @@ def headline_rows(audit: Mapping[str, Any], results: Mapping[str, Any] | None,
                     "rerun": reruns[0] if h.rerun != "evidence" else {
                         k: "; ".join(dict.fromkeys(r[k] for r in reruns if r[k]))
                         for k in ("value", "ci", "what")},
-                    "chance": [f"{a} at chance on {m}" for a in arms for m in chance[a]]})
+                    "chance": [f"{a} at chance on {m}" for a in arms for m in chance[a]],
+                    **same_comparison(found, audit.get("claims", []), profile)})
     return out
+
+
+def comparison_of(row: Mapping[str, Any]) -> tuple[frozenset[str], str] | None:
+    """The comparison an ordering row is about: its two arms (either order) and metric."""
+    c = row.get("compares")
+    return (frozenset((c["a"], c["b"])), c["key"]) if c else None
+
+
+SAYS = {"order": "that {a} beats {b}, which needs the interval above 0",
+        "inseparable": "that {a} and {b} cannot be separated, which needs the interval to "
+                       "hold 0 and stay within ±{margin:g}"}
+
+
+def same_comparison(found: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                    profile: str | None) -> dict[str, Any]:
+    """The other claims about the comparison of `found`'s first ordering (`also`, each with its
+    verdict in words) and, when their verdicts differ, one sentence on why (`why`): both read
+    the same interval and ask different things of it."""
+    key = next((k for r in found if (k := comparison_of(r))), None)
+    if key is None:
+        return {"also": [], "why": None}
+    ids = {r["id"] for r in found}
+    also = [r for r in rows if comparison_of(r) == key and r["id"] not in ids]
+    group = [*[r for r in found if comparison_of(r) == key], *also]
+    return {"also": [{"id": r["id"], "statement": r.get("statement"),
+                      "said": qualify(r, profile)} for r in also],
+            "why": why_verdicts_differ(group)}
+
+
+def why_verdicts_differ(group: Sequence[Mapping[str, Any]]) -> str | None:
+    """One sentence for ordering claims on one comparison whose verdicts differ, or None: the
+    interval they were all judged on and what each claim needs of it."""
+    judged = [r for r in group if (r.get("evidence") or {}).get("ci")]
+    if len({r.get("verdict") for r in judged}) < 2:
+        return None
+    first = judged[0]
+    a, b, metric = (first["compares"][k] for k in ("a", "b", "key"))
+    lo, hi = first["evidence"]["ci"]
+    needs = [SAYS.get(r["compares"]["type"], "{a} against {b}").format(
+        a=r["compares"]["a"], b=r["compares"]["b"],
+        margin=(r.get("evidence") or {}).get("margin", 0)) + f" ({r['verdict']})"
+             for r in judged]
+    return (f"Both verdicts read one interval of {a} − {b} on {metric}, "
+            f"[{fmt(lo, True)}, {fmt(hi, True)}]; the claims ask different things of it: "
+            + "; ".join(f"{r['id']} says {n}" for r, n in zip(judged, needs, strict=True))
+            + ".")
 
 
 def chance_sentences(audit: Mapping[str, Any]) -> list[str]:
@@ -198,8 +255,7 @@ def arithmetic_findings(audit: Mapping[str, Any]) -> list[dict[str, str]]:
     out = []
     for c in checks:
         statement = str(c.get("statement") or c.get("formula") or c.get("id")).rstrip(".")
-        detail = c.get("detail") or (f"{c.get('formula')} = {c.get('recomputed')} against "
-                                     f"printed {c.get('printed')}")
+        detail = check_detail(c)
         out.append({"id": str(c.get("id")), "status": c["status"],
                     "sentence": f"{statement}: {detail}."})
     return out
@@ -238,6 +294,16 @@ KIND_RANK = ("ordering", "theory", "flickr_measurable", "derived_arithmetic", "w
              "metadata")
 
 
+def check_detail(check: Mapping[str, Any]) -> str:
+    """An arithmetic check in words: its own `detail`, or a formula's recomputation (to 6
+    significant digits: the float's last digits are no finding)."""
+    if check.get("detail"):
+        return str(check["detail"])
+    value = check.get("recomputed")
+    shown = f"{value:.6g}" if isinstance(value, int | float) else value
+    return f"{check.get('formula')} = {shown} against printed {check.get('printed')}"
+
+
 def _rank(value: Any, order: Sequence[str]) -> int:
     return order.index(value) if value in order else len(order)
 
@@ -251,14 +317,32 @@ def rerun_cell(evidence: Mapping[str, Any]) -> str:
     return f"{fmt(run, signed)} {interval(ci, signed)}".strip()
 
 
+def together(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`rows` in order, each claim about a comparison moved up beside the first claim about
+    the same comparison, the sentence on why their verdicts differ on the last of them."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    order: list[Any] = []
+    for i, r in enumerate(rows):
+        key = comparison_of(r) or i
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(r)
+    out: list[Mapping[str, Any]] = []
+    for key in order:
+        group = groups[key]
+        why = why_verdicts_differ(group) if len(group) > 1 else None
+        out += [*group[:-1], {**group[-1], "why": why} if why else group[-1]]
+    return out
+
+
 def audit_table(audit: Mapping[str, Any], brief: Any) -> dict[str, Any]:
     """Every claim row, most important first (verdicts that say something before 'not
     comparable' and 'not rerun'; orderings and theorems before single numbers), compact:
     statement, printed, rerun, verdict, with the reason and evidence (`brief`-formatted) to
     fold under the row. The rows a printed page lists by id only (`PRINT_BY_ID`: not rerun,
     by reason; arithmetic that holds) are also grouped, with their ids."""
-    rows = sorted(audit.get("claims", []), key=lambda c: (
-        _rank(c.get("verdict"), VERDICT_RANK), _rank(c.get("kind"), KIND_RANK)))
+    rows = together(sorted(audit.get("claims", []), key=lambda c: (
+        _rank(c.get("verdict"), VERDICT_RANK), _rank(c.get("kind"), KIND_RANK))))
     by_id: dict[str, list[str]] = {}
     for c in rows:
         if c.get("verdict") in PRINT_BY_ID:
@@ -274,6 +358,5 @@ def audit_table(audit: Mapping[str, Any], brief: Any) -> dict[str, Any]:
             "verdicts": [v for v in VERDICT_RANK if any(c.get("verdict") == v for c in rows)],
             "by_id": by_id, "print_by_id": PRINT_BY_ID,
             "checks": [{"id": c.get("id"), "check": c.get("check"), "status": c.get("status"),
-                        "detail": c.get("detail") or f"{c.get('formula')} = "
-                        f"{c.get('recomputed')} against printed {c.get('printed')}"}
+                        "detail": check_detail(c)}
                        for c in checks]}
