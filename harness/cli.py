@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "world": ("harness.stages.world:main", "generate the embedded world data set"),
     "prepare": ("harness.stages.prepare:main", "validate the captions, train the tokenizer"),
     "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
+    "config": ("harness.stages.config:main", "the train section as one text arm reads it"),
     "train": ("harness.stages.train:main", "train one text arm for one seed, tracked in MLflow"),
     "align": ("harness.stages.align:main", "align one text run to the image embeddings, score it"),
     "probe": ("harness.stages.probe:main",

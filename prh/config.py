@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -80,3 +81,24 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
         raise ValueError(f"{where}={value!r} has type {type(value).__name__}; "
                          f"expected {hint.__name__}")
     return float(value) if hint is float else value
+
+
+# The train keys next-token never reads: it has no SIGReg term, no projector and no views (it
+# reads one whole caption per photo; only max_len bounds it). Its config, identity and pipeline
+# stage leave them out, so changing one of them never reruns it.
+JEPA_ONLY = ("lamb", "sigreg_weight", "n_slices", "views", "model.proj_dim", "model.proj_hidden")
+
+
+def arm_section(train: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    """A train section (params.yaml's, or `TrainConfig.to_dict`'s) as `arm` reads it: for
+    next-token without `JEPA_ONLY`, for the JEPA arms whole. A copy."""
+    out = json.loads(json.dumps(dict(train)))
+    if arm == "ntp":
+        for key in JEPA_ONLY:
+            *parents, last = key.split(".")
+            node = out
+            for name in parents:
+                node = node.get(name) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(last, None)
+    return out

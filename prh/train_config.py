@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import torch
 
-from prh.config import ARMS, dataclass_from_dict
+from prh.config import ARMS, arm_section, dataclass_from_dict
 from prh.losses import effective_sigreg_weight, lamb_for_effective_weight
 from prh.models import POOLINGS, TextEncoderConfig
 from prh.tokenizer import Tokenizer
@@ -101,11 +101,12 @@ class TrainConfig:
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data as in params.yaml (tuples as lists). The views' max_len and mask_id are
-        left out: they come from `max_len` and the tokenizer (see `view_config`)."""
+        """Plain data as in params.yaml (tuples as lists), as this run's arm reads it
+        (`arm_section`). The views' max_len and mask_id are left out: they come from `max_len`
+        and the tokenizer (see `view_config`)."""
         d = json.loads(json.dumps(asdict(self)))
         d["views"] = {k: d["views"][k] for k in VIEW_KEYS}
-        return d
+        return arm_section(d, self.arm)
 
     def validate(self) -> None:
         """Raise ValueError naming the key and the fix for any out-of-range value."""

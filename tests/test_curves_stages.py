@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params, train_cmd
+from tiny_world import (
+    align_cmd,
+    build_upstream,
+    commit_all,
+    copy_code,
+    sh,
+    tiny_params,
+    train_cmd,
+)
 
 from harness.audit.claims import load_claims
 from harness.audit.rules import Context, rule_measured
@@ -26,12 +34,6 @@ ARMS = ("good", "ntp")
 EVALUATED = [1, 3, 4]  # epochs 4, eval_every 3: the first, every third, the last
 
 
-def align_cmd(arm: str) -> list[str]:
-    return ["harness", "align", "--params", "params.yaml", "--arm", arm, "--seed", "0",
-            "--image", "runs/image", "--text", f"runs/text/{arm}-s0", "--out",
-            f"runs/align/{arm}-s0.json", "--per-query", f"runs/align/{arm}-s0.npz"]
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     repo = copy_code(tmp_path_factory.mktemp("curves"))
@@ -42,7 +44,7 @@ def repo(tmp_path_factory) -> Path:
     build_upstream(commit_all(repo, "tiny world"))
     for arm in ARMS:
         sh(repo, *train_cmd(arm, 0))
-        sh(repo, *align_cmd(arm))
+        sh(repo, *align_cmd(arm, 0))
     sh(repo, "harness", "aggregate", "--params", "params.yaml", "--align-dir", "runs/align",
        "--prepared", "data/world/prepared", "--out", "runs/results.json")
     return repo

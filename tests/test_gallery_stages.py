@@ -11,16 +11,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params, train_cmd
+from tiny_world import (
+    align_cmd,
+    build_upstream,
+    commit_all,
+    copy_code,
+    sh,
+    tiny_params,
+    train_cmd,
+)
 
 from prh import gallery
 from prh.data import load_karpathy
 from prh.io import load_embeddings, save_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
-ALIGN = ["harness", "align", "--params", "params.yaml", "--arm", "good", "--seed", "0",
-         "--image", "runs/image", "--text", "runs/text/good-s0", "--out",
-         "runs/align/good-s0.json", "--per-query", "runs/align/good-s0.npz"]
+ALIGN = align_cmd("good", 0)
 NEW = ("r_at_1_i2t_all", "r_at_1_t2i_all", "mknn10_captions", "mknn10_captions_other_photos")
 
 
@@ -93,7 +99,8 @@ def test_aggregate_averages_the_curve_over_seeds(repo):
 
 
 def test_align_refuses_captions_of_other_photos_in_one_line(tmp_path, monkeypatch, capsys):
-    from harness.config.params import TRAIN_SECTIONS, load_params
+    from harness.config.params import load_params
+    from harness.records.armtrain import arm_train_doc
     from harness.stages import align
     from prh.io import write_json
 
@@ -114,8 +121,9 @@ def test_align_refuses_captions_of_other_photos_in_one_line(tmp_path, monkeypatc
                     rng.standard_normal((12, 4)))
     write_json(tmp_path / "runs/text/good-s0/run.json", {
         "arm": "good", "seed": 0, "profile": "world", "mlflow_run_id": "x", "data_hash": "d",
-        "train_hash": load_params(path).section_hash(*TRAIN_SECTIONS), "git_commit": "c",
+        "train_hash": load_params(path).train_hash("good"), "git_commit": "c",
         "git_dirty": False})
+    write_json(tmp_path / "runs/config/good.json", arm_train_doc(load_params(path), "good"))
     assert align.main(ALIGN[2:]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

@@ -1,4 +1,4 @@
-"""kill -9 per stage: each stage of the tiny world's chain (world, prepare, image, train,
+"""kill -9 per stage: each stage of the tiny world's chain (world, prepare, image, config, train,
 align, aggregate) killed with SIGKILL part-way (as soon as its output's temp appears, else at
 0.6 of its wall time), then run again. Nothing half-written is left
 (its output is absent, or whole and equal to an uninterrupted run's), and the rerun's outputs
@@ -28,11 +28,14 @@ STAGES = [  # (stage, dvc.yaml's command on the world profile, its outputs)
      "--images data/world/raw/images --out data/world/prepared", ["data/world/prepared"]),
     ("image", "harness image --params params.yaml --raw data/world/raw --out runs/image",
      ["runs/image"]),
+    ("config", "harness config --params params.yaml --arm good --out runs/config/good.json",
+     ["runs/config/good.json"]),
     ("train", "harness train --params params.yaml --arm good --seed 0 --dataset "
-     "data/world/raw/dataset.json --prepared data/world/prepared --image runs/image --work "
-     "runs/.work --out runs/text/good-s0", ["runs/text/good-s0"]),
+     "data/world/raw/dataset.json --prepared data/world/prepared --image runs/image --config "
+     "runs/config/good.json --work runs/.work --out runs/text/good-s0", ["runs/text/good-s0"]),
     ("align", "harness align --params params.yaml --arm good --seed 0 --image runs/image "
-     "--text runs/text/good-s0 --out runs/align/good-s0.json --per-query runs/align/good-s0.npz "
+     "--text runs/text/good-s0 --config runs/config/good.json --out runs/align/good-s0.json "
+     "--per-query runs/align/good-s0.npz "
      "--metrics runs/metrics/good-s0.json", ["runs/align/good-s0.json", "runs/align/good-s0.npz",
                                              "runs/metrics/good-s0.json"]),
     ("aggregate", "harness aggregate --params params.yaml --align-dir runs/align --prepared "

@@ -39,7 +39,7 @@ def align_dir(tmp: Path, ids: dict[tuple[str, int], str]) -> Path:
     out.mkdir(exist_ok=True)
     for (arm, seed), run_id in ids.items():
         data = json.loads((FIX / "align" / f"{run_name(arm, seed)}.json").read_text())
-        data["run"].update(mlflow_run_id=run_id, params_hash=PARAMS.hash)
+        data["run"].update(mlflow_run_id=run_id, params_hash=PARAMS.arm_hash(arm))
         (out / f"{run_name(arm, seed)}.json").write_text(json.dumps(data))
         shutil.copy2(FIX / "align" / f"{run_name(arm, seed)}.npz", out)
     return out

@@ -163,8 +163,16 @@ def test_logged_params_are_the_ones_the_run_uses():
     logged = run_params(params, "bad", 1)
     assert logged["train.views.max_len"] == 48 == cfg.max_len
     assert {k: logged[f"train.{k}"] for k in used if k not in ("arm", "seed")} == {
-        k: v for k, v in used.items() if k not in ("arm", "seed")}
+        k: list(v) if isinstance(v, tuple) else v for k, v in used.items()
+        if k not in ("arm", "seed")}  # as params.yaml writes them
     assert (logged["arm"], logged["seed"], logged["profile"]) == ("bad", 1, "world")
+    # next-token logs none of the keys it never reads (prh.config.JEPA_ONLY), every other
+    ntp = run_params(params, "ntp", 1)
+    jepa_only = {k for k in logged if k.startswith(("train.lamb", "train.sigreg_weight",
+                                                    "train.n_slices", "train.views.",
+                                                    "train.model.proj_"))}
+    assert jepa_only and not jepa_only & set(ntp)
+    assert set(logged) - jepa_only == set(ntp)
 
 
 def test_flickr30k_with_fewer_than_the_papers_three_seeds_is_warned(tmp_path):

@@ -12,6 +12,11 @@ import yaml
 from stage_deps import DVC_FILES, ROOT, stage_files, stage_module
 from tiny_world import copy_code, sh
 
+from harness.config.params import load_params
+from harness.records.armtrain import arm_train_doc
+from prh.config import ARMS
+from prh.io import write_json
+
 BIN = Path(sys.executable).parent
 MATRIX = [f"{a}-{s}" for a in ("good", "bad", "ntp") for s in (0, 1)]
 
@@ -65,6 +70,8 @@ def test_lazy_and_relative_imports_count():
 
 
 def expand(stage: str) -> set[str]:
+    if stage == "config":
+        return {f"config@{arm}" for arm in ARMS}
     return {f"{stage}@{m}" for m in MATRIX} if stage in ("train", "align") else {stage}
 
 
@@ -95,6 +102,9 @@ def committed(tmp_path_factory) -> Path:
     for rel in placeholders:
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("{}\n")
+    params = load_params(repo / "params.yaml")
+    for arm in ARMS:  # as the config stage writes them, so that rerunning it changes nothing
+        write_json(repo / "runs" / "config" / f"{arm}.json", arm_train_doc(params, arm))
     sh(repo, "git", "init", "-q")
     sh(repo, "git", "add", "prh", "harness", "reports/templates", "dvc.yaml", "params.yaml",
        ".dvc")
@@ -121,3 +131,25 @@ def test_editing_a_file_makes_dvc_status_name_exactly_the_stages_that_run_it(com
     finally:
         path.write_bytes(original)
     assert expected, edited
+
+
+def test_a_sigreg_knob_reruns_the_jepa_arms_and_leaves_next_token(committed):
+    """train@ARM and align@ARM read the train section through runs/config/ARM.json, which
+    holds only what the arm reads: after `world.train.lamb` changes and the config stages rerun,
+    DVC names the good and bad trainings and none of next-token's."""
+    path = committed / "params.yaml"
+    original = path.read_text()
+    assert "    lamb: 0.02 " in original
+    try:
+        path.write_text(original.replace("    lamb: 0.02 ", "    lamb: 0.05 ", 1))
+        assert {f"config@{arm}" for arm in ARMS} <= stale(committed)
+        sh(committed, "dvc", "repro", "-q", *(f"config@{arm}" for arm in ARMS))
+        after = stale(committed)
+        jepa = {f"{stage}@{arm}-{seed}" for stage in ("train", "align") for arm in ("good", "bad")
+                for seed in (0, 1)}
+        assert jepa <= after
+        assert not {s for s in after if "@ntp" in s}, sorted(after)
+    finally:
+        path.write_text(original)
+        sh(committed, "dvc", "repro", "-q", *(f"config@{arm}" for arm in ARMS))
+    assert not {s for s in stale(committed) if s.startswith(("config@", "train@", "align@"))}

@@ -124,7 +124,8 @@ def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, mo
     refuse, and align says so in one line instead of a traceback."""
     import numpy as np
 
-    from harness.config.params import TRAIN_SECTIONS, load_params
+    from harness.config.params import load_params
+    from harness.records.armtrain import arm_train_doc
     from harness.stages import align
     from prh.io import save_embeddings, write_json
 
@@ -136,12 +137,14 @@ def test_align_stage_reports_a_metric_it_cannot_compute_in_one_line(tmp_path, mo
             save_embeddings(tmp_path / folder / f"{split}.npz", ids,
                             rng.standard_normal((len(ids), width)).astype(np.float32))
     run = {"arm": "good", "seed": 0, "profile": "world", "mlflow_run_id": "x",
-           "train_hash": load_params(path).section_hash(*TRAIN_SECTIONS), "data_hash": "d",
+           "train_hash": load_params(path).train_hash("good"), "data_hash": "d",
            "git_commit": "c", "git_dirty": False}
     write_json(tmp_path / "runs/text/good-s0/run.json", run)
+    write_json(tmp_path / "runs/config/good.json", arm_train_doc(load_params(path), "good"))
     write_json(tmp_path / "runs/text/good-s0/curve.json", [])
     assert align.main(["--params", str(path), "--arm", "good", "--seed", "0", "--image",
-                       "runs/image", "--text", "runs/text/good-s0", "--out",
+                       "runs/image", "--text", "runs/text/good-s0", "--config",
+                       "runs/config/good.json", "--out",
                        "runs/align/good-s0.json", "--per-query", "runs/align/good-s0.npz"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "need 1 <= k < n, got k=5" in err

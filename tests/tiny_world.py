@@ -92,6 +92,15 @@ def build_upstream(repo: Path) -> Path:
        "--out", "data/world/prepared")
     sh(repo, "harness", "image", "--params", "params.yaml", "--raw", "data/world/raw",
        "--out", "runs/image")
+    return write_configs(repo)
+
+
+def write_configs(repo: Path) -> Path:
+    """The config stage's train section for every arm of `repo`'s params.yaml (dvc.yaml's
+    config@ARM): rerun it after editing the train section."""
+    for arm in yaml.safe_load((repo / "params.yaml").read_text())["arms"]:
+        sh(repo, "harness", "config", "--params", "params.yaml", "--arm", arm, "--out",
+           f"runs/config/{arm}.json")
     return repo
 
 
@@ -99,4 +108,13 @@ def train_cmd(arm: str, seed: int) -> list[str]:
     """dvc.yaml's train command for (arm, seed) on the world profile."""
     return ["harness", "train", "--params", "params.yaml", "--arm", arm, "--seed", str(seed),
             "--dataset", "data/world/raw/dataset.json", "--prepared", "data/world/prepared",
-            "--image", "runs/image", "--work", "runs/.work", "--out", f"runs/text/{arm}-s{seed}"]
+            "--image", "runs/image", "--config", f"runs/config/{arm}.json", "--work",
+            "runs/.work", "--out", f"runs/text/{arm}-s{seed}"]
+
+
+def align_cmd(arm: str, seed: int) -> list[str]:
+    """dvc.yaml's align command for (arm, seed), without the metrics and plots files."""
+    return ["harness", "align", "--params", "params.yaml", "--arm", arm, "--seed", str(seed),
+            "--image", "runs/image", "--text", f"runs/text/{arm}-s{seed}", "--config",
+            f"runs/config/{arm}.json", "--out", f"runs/align/{arm}-s{seed}.json",
+            "--per-query", f"runs/align/{arm}-s{seed}.npz"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.margins import MarginError, default_margins, load_margins
-from prh.config import ARMS, dataclass_from_dict, did_you_mean
+from prh.config import ARMS, arm_section, dataclass_from_dict, did_you_mean
 from prh.io import ContractError, read_yaml
 from prh.pairfree import PairFreeConfig
 
@@ -153,11 +153,29 @@ class Params:
         existing runs valid."""
         return self.section_hash("data", "image", "train", "eval")
 
-    def section_hash(self, *names: str) -> str:
-        """sha256 (first 16 hex) of the canonical JSON of the profile and the named sections."""
-        blob = json.dumps({"profile": self.profile, **{n: self.sections[n] for n in names}},
+    def section_hash(self, *names: str, **given: Mapping[str, Any]) -> str:
+        """sha256 (first 16 hex) of the canonical JSON of the profile and the named sections
+        (a section in `given` replaces params.yaml's)."""
+        blob = json.dumps({"profile": self.profile,
+                           **{n: given.get(n, self.sections[n]) for n in names}},
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def train_hash(self, arm: str, train: Mapping[str, Any] | None = None) -> str:
+        """What one arm's trained encoder depends on: the profile, its data and image sections
+        and the train section as the arm reads it (`train`: the config stage's copy, by default
+        params.yaml's; prh.train_config.arm_section), so a SIGReg knob leaves next-token's
+        runs valid."""
+        return self.section_hash(*TRAIN_SECTIONS,
+                                 train=arm_section(self.sections["train"] if train is None
+                                                   else train, arm))
+
+    def arm_hash(self, arm: str, train: Mapping[str, Any] | None = None) -> str:
+        """`train_hash` with the eval section: what one arm's scores depend on (the run files'
+        params_hash)."""
+        return self.section_hash(*TRAIN_SECTIONS, "eval",
+                                 train=arm_section(self.sections["train"] if train is None
+                                                   else train, arm))
 
     def config(self, cls: type, *keys: str, **extra: Any) -> Any:
         """`cls` built strictly from the profile's section at `keys` (e.g. "train", or "data",
@@ -169,6 +187,11 @@ class Params:
                 raise ParamsError(f"{self.path}: {where} is missing; add it to {self.path.name}"
                                   " (the repository's params.yaml shows every key)")
             section = section[key]
+        return _build(cls, {**section, **extra}, self.path, ".".join((self.profile, *keys)))
+
+    def config_from(self, cls: type, section: dict[str, Any], *keys: str, **extra: Any) -> Any:
+        """`cls` built strictly from `section` (a stage's copy of the section at `keys`), with
+        `extra` keys set; errors name the file and key as `config` does."""
         return _build(cls, {**section, **extra}, self.path, ".".join((self.profile, *keys)))
 
     def eval_config(self) -> EvalConfig:

@@ -3,8 +3,8 @@
 `dvc repro` runs stages one after another and holds the repository lock while it runs, so two
 `dvc repro train@...` cannot run side by side, and DVC's experiment queue gives its workers no
 device of their own. This launcher therefore (1) runs the stages the trainings need with `dvc
-repro` (prepare, image), (2) runs every stale `train@ARM-SEED` stage's own command, as dvc.yaml
-resolves it, in a pool of one worker per device, each with CUDA_VISIBLE_DEVICES set to its
+repro` (prepare, image, config), (2) runs every stale `train@ARM-SEED` stage's own command, as
+dvc.yaml resolves it, in a pool of one worker per device, each with CUDA_VISIBLE_DEVICES set to its
 GPU (or to nothing, for a CPU worker, with the CPU's threads shared out), (3) records the
 finished trainings in dvc.lock with `dvc commit` (the stage, its deps and its outs, as `dvc
 repro` would have), and (4) runs `dvc repro` for the rest (align, aggregate, audit, report).
@@ -25,7 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-UPSTREAM = ("prepare", "image")  # the stages whose outputs train and align read (dvc.yaml)
+# the stages whose outputs train and align read (dvc.yaml); `config` names every config@ARM
+UPSTREAM = ("prepare", "image", "config")
 
 
 def parse_devices(text: str) -> list[str]:

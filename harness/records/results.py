@@ -157,18 +157,19 @@ class AlignRuns:
 
 
 def read_align_runs(align_dir: Path, arms: Sequence[str], seeds: Sequence[int],
-                    params_hash: str) -> AlignRuns:
+                    params_hashes: Mapping[str, str]) -> AlignRuns:
     """The run file and per-query file of every (arm, seed), checked: schema, arm and seed,
-    the params hash they were scored under, the blocks aggregate reads, the same test pairs.
-    ContractError naming the file and the stage to rerun."""
+    the params hash they were scored under (`params_hashes[arm]`, Params.arm_hash), the blocks
+    aggregate reads, the same test pairs. ContractError naming the file and the stage to
+    rerun."""
     out = AlignRuns()
     for arm, seed in itertools.product(arms, seeds):
         name = run_name(arm, seed)
         path = align_dir / f"{name}.json"
         run = check_run_file(path.name, read_json(path), str(path))
-        if run["run"]["params_hash"] != params_hash:
+        if run["run"]["params_hash"] != params_hashes[arm]:
             raise ContractError(f"{path}: params hash {run['run']['params_hash']} differs "
-                                f"from params.yaml's {params_hash}; rerun `harness run`")
+                                f"from params.yaml's {params_hashes[arm]}; rerun `harness run`")
         for block in RUN_BLOCKS:
             if block not in run:
                 raise ContractError(f"{path}: no {block}; rerun its align stage "

@@ -42,6 +42,7 @@ class Schema:
         return dict(doc)
 
 
+ARM_TRAIN = Schema("prh.arm_train", 1, "config@ARM")  # runs/config/ARM.json
 RUN = Schema("prh.metrics", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.json
 PER_QUERY = Schema("prh.per_query", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.npz
 RESULTS = Schema("prh.results", 1, "aggregate")  # runs/results.json

@@ -294,17 +294,29 @@ def section_provenance(results: Mapping | None, runs: Sequence[Mapping],
             "inputs": list(inputs)}
 
 
-def hash_warnings(results: Mapping | None, runs: Sequence[Mapping], runs_dir: Path) -> list[str]:
-    """Runs from another params or data hash than the aggregate, and listed runs not found."""
+def hash_warnings(results: Mapping | None, runs: Sequence[Mapping], runs_dir: Path,
+                  params: Any = None) -> list[str]:
+    """Runs scored under other params than params.yaml gives their arm (Params.arm_hash; without
+    params.yaml, than the arm's first run) or from another data hash than the aggregate, and
+    listed runs not found."""
     if results is None:
         return []
     out = []
-    for r in runs:
-        for key in ("params_hash", "data_hash"):
-            if r.get("run", {}).get(key) != results.get(key):
-                out.append(f"{r['path']}: {key} {r.get('run', {}).get(key)!r} differs from "
-                           f"results.json's {results.get(key)!r}; rerun `dvc repro` so that "
-                           "every file comes from the same params and data")
+    first: dict[str, tuple[str, Any]] = {}
+    for r in sorted(runs, key=lambda r: str(r["path"])):
+        run = r.get("run", {})
+        arm = run.get("arm")
+        expected = {"data_hash": ("results.json's", results.get("data_hash"))}
+        if params is not None and arm in params.arms:
+            expected["params_hash"] = (f"params.yaml's for {arm}", params.arm_hash(arm))
+        else:
+            expected["params_hash"] = first.setdefault(
+                arm, (f"{Path(r['path']).name}'s", run.get("params_hash")))
+        for key, (whose, want) in expected.items():
+            if run.get(key) != want:
+                out.append(f"{r['path']}: {key} {run.get(key)!r} differs from {whose} "
+                           f"{want!r}; rerun `dvc repro` so that every file comes from the "
+                           "same params and data")
     have = {Path(r["path"]).name for r in runs}
     for listed in results.get("runs", []):
         if Path(listed).name not in have:
@@ -373,7 +385,7 @@ def build_context(paths: ReportPaths) -> dict:
             "checklist": checklist(results, runs, params, provenance),
             "created": source_date(),
             "summary": summary(results, audit, runs, sections),
-            "warnings": hash_warnings(results, runs, paths.runs_dir),
+            "warnings": hash_warnings(results, runs, paths.runs_dir, profile_params),
             "data_warnings": data_warnings(paths.prepared),
             "mlflow_run_id": (results or {}).get("mlflow_run_id"),  # the pipeline's MLflow run
             "sections": sections}

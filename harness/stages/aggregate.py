@@ -41,7 +41,8 @@ def main(argv: list[str]) -> int:
     try:  # parse and load: every run file and per-query file, checked
         params = load_params(args.params)
         ev, arms, seeds = params.eval_config(), params.arms, params.seeds
-        runs = read_align_runs(args.align_dir, arms, seeds, params.hash)
+        runs = read_align_runs(args.align_dir, arms, seeds,
+                               {arm: params.arm_hash(arm) for arm in arms})
         summary = read_json(args.prepared / "summary.json")
     except ContractError as e:
         return fail(e)

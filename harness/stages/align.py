@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.params import TRAIN_SECTIONS, load_params
+from harness.config.params import load_params
+from harness.records.armtrain import read_arm_train
 from harness.records.runfile import run_name
 from harness.records.schemas import RUN
 from harness.stages.common import add_run_args, fail, stage_parser
@@ -73,13 +74,15 @@ def trainval_hits(image_dir: Path, text_dir: Path, img_fit: np.ndarray, txt_fit:
 @dataclass
 class Inputs:
     """What one align run reads, checked: params, the train stage's run.json, the fit (val)
-    and test pairs."""
+    and test pairs, and the params hash its scores depend on (Params.arm_hash: next-token's
+    without the keys it does not read)."""
 
     params: Any
     ev: Any
     run: dict[str, Any]
     fit: tuple[np.ndarray, np.ndarray, np.ndarray]  # ids, image and text embeddings
     test: tuple[np.ndarray, np.ndarray, np.ndarray]
+    params_hash: str
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:
@@ -93,17 +96,18 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
     params = load_params(args.params)
     ev = params.eval_config()
     run = read_json(args.text / "run.json")
-    if run["train_hash"] != params.section_hash(*TRAIN_SECTIONS):
+    train = read_arm_train(args.config, params, args.arm)
+    if run["train_hash"] != params.train_hash(args.arm, train):
         raise ContractError(f"{args.text / 'run.json'}: trained with params hash "
                             f"{run['train_hash']}, params.yaml now gives "
-                            f"{params.section_hash(*TRAIN_SECTIONS)}; rerun the pipeline "
+                            f"{params.train_hash(args.arm, train)}; rerun the pipeline "
                             "(`harness run`)")
     fit, test = (load_split(str(args.image / f"{split}.npz"), str(args.text / f"{split}.npz"))
                  for split in ("val", "test"))
     check_disjoint(fit[0], test[0], str(args.image / "val.npz"), str(args.image / "test.npz"))
     check_scoring_sizes(ev.k, ev.fit_sizes, len(fit[0]), len(test[0]),
                         str(args.image / "val.npz"), str(args.image / "test.npz"))
-    return Inputs(params, ev, run, fit, test)
+    return Inputs(params, ev, run, fit, test, params.arm_hash(args.arm, train))
 
 
 def score(args: argparse.Namespace, inp: Inputs) -> dict[str, Any]:
@@ -161,7 +165,7 @@ def write_outputs(args: argparse.Namespace, inp: Inputs, scored: dict[str, Any])
         "schema": str(RUN),
         "run": {**{k: run[k] for k in ("arm", "seed", "profile", "mlflow_run_id", "train_hash",
                                        "data_hash", "git_commit", "git_dirty")},
-                "params_hash": inp.params.hash},
+                "params_hash": inp.params_hash},
         "environment": run.get("environment", {}),
         **{k: v for k, v in scored.items() if k != "per_query"}, "curve": curve,
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
@@ -181,6 +185,8 @@ def main(argv: list[str]) -> int:
     parser = add_run_args(stage_parser("align", main.__doc__))
     parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
     parser.add_argument("--text", type=Path, required=True, help="this run's text folder")
+    parser.add_argument("--config", type=Path, required=True,
+                        help="the config stage's train section for --arm (runs/config/ARM.json)")
     parser.add_argument("--out", type=Path, required=True, help="scores, ARM-sSEED.json")
     parser.add_argument("--per-query", type=Path, required=True,
                         help="per-pair outcomes, ARM-sSEED.npz, beside --out")

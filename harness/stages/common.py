@@ -31,11 +31,17 @@ def stage_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """--arm and --seed: which run of the arm x seed matrix."""
+def add_arm_arg(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--arm: one text arm."""
     from prh.config import ARMS
 
     parser.add_argument("--arm", required=True, choices=list(ARMS), help="text arm")
+    return parser
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--arm and --seed: which run of the arm x seed matrix."""
+    add_arm_arg(parser)
     parser.add_argument("--seed", required=True, type=int, help="training seed")
     return parser
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.params import TRAIN_SECTIONS
 from harness.records.runfile import run_name
 from harness.stages.common import add_run_args, fail, preflight, stage_parser
 from harness.stages.prepare import data_hash
@@ -82,18 +81,22 @@ def write_embeddings(out: Path, encode: Any, corpus: Any, meta: dict[str, Any]) 
 
 
 def main(argv: list[str]) -> int:
-    """Train --arm for --seed on --dataset's train split (tokenizer from --prepared, per-epoch
-    curves against --image), checkpointing under --work; write embeddings and run.json to --out."""
+    """Train --arm for --seed on --dataset's train split with --config's train section
+    (tokenizer from --prepared, per-epoch curves against --image), checkpointing under --work;
+    write embeddings and run.json to --out."""
     parser = add_run_args(stage_parser("train", main.__doc__))
     parser.add_argument("--dataset", type=Path, required=True, help="Karpathy-split JSON")
     parser.add_argument("--prepared", type=Path, required=True, help="prepare stage's folder")
     parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
+    parser.add_argument("--config", type=Path, required=True,
+                        help="the config stage's train section for --arm (runs/config/ARM.json)")
     parser.add_argument("--work", type=Path, required=True,
                         help="resumable checkpoints, outside DVC's outputs")
     parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness train --help` answers at once
-    from harness.config.runparams import run_params, train_config
+    from harness.config.runparams import arm_train_config, run_params
+    from harness.records.armtrain import read_arm_train
     from harness.tracking import mlflow_runs as tracking
     from harness.tracking.fingerprint import environment_fingerprint
     from prh.data import load_karpathy
@@ -106,7 +109,8 @@ def main(argv: list[str]) -> int:
         params = preflight(args.params, args.dataset.parent)
         if int(os.environ.get("RANK", "0")) == 0:
             tracking.check_server()  # an unreachable server stops here, before training
-        cfg = train_config(params, args.arm, args.seed)
+        train = read_arm_train(args.config, params, args.arm)
+        cfg = arm_train_config(params, args.arm, args.seed, train)
         corpus = load_karpathy(args.dataset, min_captions=1)
         tokenizer = Tokenizer.load(args.prepared / "tokenizer")
     except ContractError as e:
@@ -119,7 +123,8 @@ def main(argv: list[str]) -> int:
     resolved = resolve(cfg, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun sets it
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
-            "dvc_stage": f"train@{args.arm}-{args.seed}", "params_hash": params.hash,
+            "dvc_stage": f"train@{args.arm}-{args.seed}",
+            "train_hash": params.train_hash(args.arm, train),
             "data_hash": corpus_hash, "config_hash": cfg_hash,
             "lamb_used": resolved.lamb,
             "effective_sigreg_weight": resolved.effective_sigreg_weight, **tracking.git_state(),
@@ -142,7 +147,7 @@ def main(argv: list[str]) -> int:
             write_json(tmp / "run.json", {"arm": args.arm, "seed": args.seed,
                                           "profile": params.profile,
                                           "mlflow_run_id": run.info.run_id,
-                                          "train_hash": params.section_hash(*TRAIN_SECTIONS),
+                                          "train_hash": params.train_hash(args.arm, train),
                                           "data_hash": corpus_hash,
                                           "config_hash": cfg_hash,
                                           "effective_sigreg_weight":
