@@ -19,6 +19,7 @@ EPS = 1e-9  # float slack in comparisons of printed numbers (.193 - .191 is 0.00
 OPS: dict[str, Callable[[float, float], bool]] = {
     "eq": lambda a, b: abs(a - b) <= EPS, "ge": lambda a, b: a >= b - EPS,
     "le": lambda a, b: a <= b + EPS, "gt": lambda a, b: a > b + EPS, "lt": lambda a, b: a < b - EPS}
+SYMBOLS = {"lt": "<", "le": "≤", "eq": "=", "ge": "≥", "gt": ">"}  # how an op reads in words
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from harness.audit.claims import (
     decimals,
     printed_interval,
 )
-from harness.audit.printed import EPS, compare_status, evaluate, rounded_status
+from harness.audit.printed import EPS, SYMBOLS, compare_status, evaluate, rounded_status
 from harness.records import names
 from harness.records.verdicts import STATUSES
 
@@ -49,7 +49,8 @@ def rel_compare(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, 
     a, b = claims[f["a"]], claims[f["b"]]
     sa, sb = evaluate(a.id, claims), evaluate(b.id, claims)
     status = compare_status(sa, f["op"], sb)
-    return {"status": status, "detail": f"{a.id} ({a.printed}) {f['op']} {b.id} ({b.printed})"}
+    return {"status": status,
+            "detail": f"{a.id} ({a.printed}) {SYMBOLS[f['op']]} {b.id} ({b.printed})"}
 
 
 def rel_per_seed_bound(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
@@ -59,7 +60,8 @@ def rel_per_seed_bound(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dic
     rows = {m: compare_status(evaluate(m, claims), f["op"], bound) for m in f["means"]}
     bad = [f"{m} = {claims[m].printed}" for m, s in rows.items() if s != "holds"]
     return {"status": _worst(rows.values()), "per_mean": rows,
-            "detail": f"every seed {f['op']} {claims[f['bound']].printed}, so every mean too; "
+            "detail": f"every seed {SYMBOLS[f['op']]} {claims[f['bound']].printed}, so every "
+                      "mean too; "
                       + (f"not so for {', '.join(bad)}" if bad else "all means satisfy it")}
 
 
@@ -69,7 +71,7 @@ def rel_bound(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, An
     status = compare_status(q, f["op"], bound)
     return {"status": status, "recomputed": q.point, "recomputed_range": [q.lo, q.hi],
             "detail": f"{f['quantity']} = {_fmt(q.point)} (range {_fmt(q.lo)} to "
-                      f"{_fmt(q.hi)}) {f['op']} {claims[f['bound']].printed}"}
+                      f"{_fmt(q.hi)}) {SYMBOLS[f['op']]} {claims[f['bound']].printed}"}
 
 
 def _ranking(ids: list[str], claims: Mapping[str, Claim]) -> list[str]:

@@ -57,7 +57,7 @@ from harness.audit.claims import (
     printed_interval,
 )
 from harness.audit.decide import ALPHA, at_chance, decide, estimate_of, seeds_estimate
-from harness.audit.printed import EPS, OPS, check_derived
+from harness.audit.printed import EPS, OPS, SYMBOLS, check_derived
 from harness.config.margins import DEFAULT_MARGINS
 from harness.records import names, reference
 from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
@@ -340,7 +340,7 @@ def rule_theory(claim: Claim, ctx: Context) -> Verdict:
     else:
         bound = claim.scalar() if check.bound is None else check.bound
         ok = all(OPS[check.op](v, bound) for v in values)
-        wanted = f"{check.op} {bound:g}"
+        wanted = f"{SYMBOLS[check.op]} {bound:g}"
     shown = got if isinstance(got, bool) else values if len(values) > 1 else values[0]
     evidence = {"key": check.key, "run": shown, "factor": check.factor, "wanted": wanted,
                 "claim": claim.scalar()}  # a yes/no stays one, for the report to say so
