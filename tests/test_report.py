@@ -268,3 +268,34 @@ def test_intervals_print_the_configured_level(tmp_path: Path) -> None:
     html = render(build_context(paths_in(root)))
     assert "90% interval</th>" in html and "90% paired interval</th>" in html
     assert "95% interval" not in html
+
+
+def test_the_report_of_a_revision_or_experiment_reads_its_files_there(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """`harness report --rev NAME` renders the files as committed at NAME (a DVC experiment's
+    ref here), whatever the workspace holds now: every number cell equals the fixture's."""
+    import subprocess
+
+    layout = {"results.json": "runs/results.json", "theory.json": "runs/theory.json",
+              "contamination.json": "runs/contamination.json", "audit.json": "reports/audit.json",
+              "params.yaml": "params.yaml", "align": "runs/align"}
+    for src, dst in layout.items():
+        (tmp_path / dst).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (FIX / src).is_dir() else shutil.copy2)(FIX / src, tmp_path / dst)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "run"],
+                ["update-ref", f"refs/exps/ab/{'c' * 38}/lamb04", "HEAD"]):
+        subprocess.run([*git, *cmd], check=True)
+    shutil.rmtree(tmp_path / "runs")  # the workspace has moved on
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    args = ["--params", "params.yaml", "--results", "runs/results.json", "--runs-dir",
+            "runs/align", "--theory", "runs/theory.json", "--contamination",
+            "runs/contamination.json", "--audit", "reports/audit.json", "--html", "at.html"]
+    assert report_main([*args, "--rev", "lamb04"]) == 0
+    at_rev = Cells()
+    at_rev.feed((tmp_path / "at.html").read_text())
+    direct = Cells()
+    direct.feed(render(build_context(paths_in(FIX, provenance=False))))
+    assert at_rev.cells and at_rev.cells == direct.cells
+    assert report_main([*args, "--rev", "nosuchrev"]) == 2

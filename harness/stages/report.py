@@ -4,11 +4,16 @@ of the run that results.json names (the aggregate stage's run of the whole pipel
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from pathlib import Path
 
-from harness.stages.common import stage_parser
-from prh.io import write_json, write_text
+from harness.stages.common import fail, stage_parser
+from prh.io import ContractError, write_json, write_text
+
+INPUTS = ("results", "theory", "contamination", "audit", "params", "provenance", "prepared",
+          "probe")  # the file inputs --rev reads at the revision (and runs_dir, a folder)
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +40,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--checklist", type=Path, default=None,
                         help="the reproducibility checklist as JSON (prh.checklist/1)")
+    parser.add_argument("--rev", default=None, help="read every input as it was at this git "
+                        "revision or DVC experiment name (through DVC: outputs from the cache), "
+                        "so an experiment's report needs no checkout; nothing is logged to "
+                        "MLflow then")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a section is absent, a run file mismatches or the "
                              "PDF runs off a page (for CI)")
@@ -45,6 +54,11 @@ def main(argv: list[str]) -> int:
     from harness.report.render import render, write_pdf
     from harness.tracking import mlflow_runs as tracking
 
+    if args.rev is not None:
+        try:
+            inputs_at(args, args.rev, Path(tempfile.mkdtemp(prefix="harness-report-")))
+        except ContractError as e:
+            return fail(e)
     ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
                                     args.audit, args.params, args.provenance, args.prepared,
                                     args.probe, args.claims or REGISTRY))
@@ -60,7 +74,38 @@ def main(argv: list[str]) -> int:
         print(f"harness report: warning: {args.pdf} {line}", file=sys.stderr)
     if args.checklist is not None:
         write_json(args.checklist, ctx["checklist"])
-    if ctx["mlflow_run_id"]:
+    if ctx["mlflow_run_id"] and args.rev is None:
         tracking.log_artifacts([p for p in (args.html, args.pdf, args.checklist) if p],
                                ctx["mlflow_run_id"])
     return 1 if args.strict and (ctx["warnings"] or ctx["summary"]["absent"] or off) else 0
+
+
+def inputs_at(args: argparse.Namespace, rev: str, tmp: Path) -> None:
+    """Point `args`' inputs at copies, under `tmp`, of the files as they were at `rev`
+    (harness.compare.revs: a commit, branch, tag or DVC experiment name); a file absent there
+    stays absent, so its section says so."""
+    from harness.compare.revs import Files
+
+    files = Files(rev)
+
+    def fetch(path: Path) -> Path:
+        rel = path
+        if path.is_absolute():
+            if not path.resolve().is_relative_to(Path.cwd().resolve()):
+                raise ContractError(f"--rev {rev}: {path} lies outside the repository here "
+                                    f"({Path.cwd()}); give the repository's relative paths")
+            rel = path.resolve().relative_to(Path.cwd().resolve())
+        out = tmp / rel
+        raw = files.read(rel.as_posix())
+        if raw is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(raw)
+        return out
+
+    for name in INPUTS:
+        if getattr(args, name) is not None:
+            setattr(args, name, fetch(getattr(args, name)))
+    runs = args.runs_dir
+    for name in files.names(runs.as_posix()):
+        fetch(runs / name)
+    args.runs_dir = tmp / runs
