@@ -88,7 +88,7 @@ def page_faults(html: Path, width: int, first_page_only: bool = False) -> dict[s
             "--disable-component-update", "--disable-sync", "--no-first-run"])
         try:
             page = browser.new_page(viewport={"width": width, "height": 900})
-            page.goto(html.as_uri())
+            page.goto(html.resolve().as_uri())
             if first_page_only:
                 page.evaluate("() => { const f = document.querySelector('.first-page');"
                               " document.body.replaceChildren(f); }")
