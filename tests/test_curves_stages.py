@@ -13,15 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from tiny_world import (
-    align_cmd,
-    build_upstream,
-    commit_all,
-    copy_code,
-    sh,
-    tiny_params,
-    train_cmd,
-)
+from tiny_world import build_upstream, commit_all, copy_code, tiny_params, train_align_aggregate
 
 from harness.audit.claims import load_claims
 from harness.audit.rules import Context, rule_measured
@@ -41,13 +33,7 @@ def repo(tmp_path_factory) -> Path:
     raw.update(arms=list(ARMS), seeds=[0])
     raw["world"]["train"]["eval_every"] = 3
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    build_upstream(commit_all(repo, "tiny world"))
-    for arm in ARMS:
-        sh(repo, *train_cmd(arm, 0))
-        sh(repo, *align_cmd(arm, 0))
-    sh(repo, "harness", "aggregate", "--params", "params.yaml", "--align-dir", "runs/align",
-       "--prepared", "data/world/prepared", "--out", "runs/results.json")
-    return repo
+    return train_align_aggregate(build_upstream(commit_all(repo, "tiny world")), ARMS)
 
 
 def hand_val_loss(run_dir: Path, captions: list[str]) -> float:

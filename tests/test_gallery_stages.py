@@ -11,15 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tiny_world import (
-    align_cmd,
-    build_upstream,
-    commit_all,
-    copy_code,
-    sh,
-    tiny_params,
-    train_cmd,
-)
+from tiny_world import align_cmd, build_upstream, commit_all, copy_code, tiny_params
+from tiny_world import train_align_aggregate as run_arms
 
 from prh import gallery
 from prh.data import load_karpathy
@@ -41,12 +34,7 @@ def tiny(repo: Path, pool: int) -> dict:
 def repo(tmp_path_factory) -> Path:
     repo = copy_code(tmp_path_factory.mktemp("gallery"))
     (repo / "params.yaml").write_text(yaml.safe_dump(tiny(repo, 50), sort_keys=False))
-    build_upstream(commit_all(repo, "tiny world"))
-    sh(repo, *train_cmd("good", 0))
-    sh(repo, *ALIGN)
-    sh(repo, "harness", "aggregate", "--params", "params.yaml", "--align-dir", "runs/align",
-       "--prepared", "data/world/prepared", "--out", "runs/results.json")
-    return repo
+    return run_arms(build_upstream(commit_all(repo, "tiny world")), ["good"])
 
 
 @pytest.mark.slow

@@ -112,6 +112,17 @@ def train_cmd(arm: str, seed: int) -> list[str]:
             "runs/.work", "--out", f"runs/text/{arm}-s{seed}"]
 
 
+def train_align_aggregate(repo: Path, arms: list[str] | tuple[str, ...]) -> Path:
+    """Seed 0 of each arm trained and aligned, then aggregated (dvc.yaml's commands), after
+    `build_upstream`."""
+    for arm in arms:
+        sh(repo, *train_cmd(arm, 0))
+        sh(repo, *align_cmd(arm, 0))
+    sh(repo, "harness", "aggregate", "--params", "params.yaml", "--align-dir", "runs/align",
+       "--prepared", "data/world/prepared", "--out", "runs/results.json")
+    return repo
+
+
 def align_cmd(arm: str, seed: int) -> list[str]:
     """dvc.yaml's align command for (arm, seed), without the metrics and plots files."""
     return ["harness", "align", "--params", "params.yaml", "--arm", arm, "--seed", str(seed),
