@@ -232,7 +232,8 @@ def test_world_settings_come_from_params(tmp_path: Path) -> None:
     assert cells["world.data.world.style_strength"] == "2"
     assert cells["world.data.world.regularity"] == "0.0000"  # prh.world's default, not set
     assert cells["world.image.jitter"] == "0.2500"
-    assert "<b>style_strength = 2</b>" in html and "colour jitter = 0.25" in html
+    assert '<b><span class="mono">style_strength</span> = 2</b>' in html
+    assert "colour jitter = 0.25" in html
     params["profile"] = "flickr30k"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     results = json.loads((FIX / "results.json").read_text())
