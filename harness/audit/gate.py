@@ -18,7 +18,7 @@ from typing import Any
 from harness.audit.claims import AuditError
 from harness.records.schemas import AUDIT
 from harness.records.verdicts import FAIL_ON, GATE_PRINTED, GATE_VERDICTS, RERUN_CHECKS, gist
-from prh.io import ContractError, read_json
+from prh.io import read_json
 
 Doc = Mapping[str, Any]
 AUDIT_PATH = "reports/audit.json"  # the audit stage's output in dvc.yaml (tests/test_audit.py)
@@ -38,11 +38,10 @@ def load_baseline(spec: str) -> dict[str, Any]:
         raise AuditError(f"--baseline {spec}: {where} is absent (no audit was run and committed "
                          "there, or the DVC cache lacks it: `dvc pull`); name another revision")
     try:
-        return AUDIT.check(json.loads(raw), where)
+        doc = json.loads(raw)
     except ValueError as e:
-        if isinstance(e, ContractError):
-            raise
         raise AuditError(f"{where}: not valid JSON; name another revision") from e
+    return AUDIT.check(doc, where)
 
 
 def parse_fail_on(text: str) -> frozenset[str]:
@@ -62,17 +61,23 @@ def _statuses(doc: Doc) -> dict[str, str]:
     return {c["id"]: c["status"] for c in doc.get("arithmetic", [])}
 
 
+def require_baseline(fail_on: Iterable[str], baseline: Doc | None) -> None:
+    """Refuse `--fail-on changed` without a baseline to compare with (AuditError)."""
+    if "changed" in set(fail_on) and baseline is None:
+        raise AuditError("--fail-on changed: needs a baseline audit to compare with; pass "
+                         "--baseline reports/audit.json (a saved copy) or --baseline rev:REV")
+
+
 def gate(doc: Doc, fail_on: Iterable[str], baseline: Doc | None = None) -> list[str]:
     """One line per item that trips a `--fail-on` name, `NAME: ID: what` (empty: the gate
     passes). `changed` needs `baseline`; without it, `arithmetic` and `ambiguous` look only at
     the rerun's own checks."""
     names = set(fail_on)
-    if "changed" in names and baseline is None:
-        raise AuditError("--fail-on changed: needs a baseline audit to compare with; pass "
-                         "--baseline reports/audit.json (a saved copy) or --baseline rev:REV")
+    require_baseline(names, baseline)
+    verdict_names, printed_names = names & set(GATE_VERDICTS), names & set(GATE_PRINTED)
     out = []
     for row in doc.get("claims", []):
-        for name in names & set(GATE_VERDICTS):
+        for name in verdict_names:
             if row["verdict"] in GATE_VERDICTS[name]:
                 out.append(f"{name}: {row['id']}: {row['verdict']} ({gist(row['reason'])})")
     if "at-chance" in names:
@@ -80,7 +85,7 @@ def gate(doc: Doc, fail_on: Iterable[str], baseline: Doc | None = None) -> list[
             out.append(f"at-chance: arm {arm}: at chance on {', '.join(sorted(metrics))}")
     before = _statuses(baseline) if baseline is not None else {}
     for check in doc.get("arithmetic", []):
-        for name in names & set(GATE_PRINTED):
+        for name in printed_names:
             if check["status"] != GATE_PRINTED[name]:
                 continue
             if not _printed(check):

@@ -164,18 +164,17 @@ class Params:
     def train_hash(self, arm: str, train: Mapping[str, Any] | None = None) -> str:
         """What one arm's trained encoder depends on: the profile, its data and image sections
         and the train section as the arm reads it (`train`: the config stage's copy, by default
-        params.yaml's; prh.train_config.arm_section), so a SIGReg knob leaves next-token's
-        runs valid."""
-        return self.section_hash(*TRAIN_SECTIONS,
-                                 train=arm_section(self.sections["train"] if train is None
-                                                   else train, arm))
+        params.yaml's; prh.config.arm_section), so a SIGReg knob leaves next-token's runs
+        valid."""
+        return self.section_hash(*TRAIN_SECTIONS, train=self._arm_train(arm, train))
 
     def arm_hash(self, arm: str, train: Mapping[str, Any] | None = None) -> str:
         """`train_hash` with the eval section: what one arm's scores depend on (the run files'
         params_hash)."""
-        return self.section_hash(*TRAIN_SECTIONS, "eval",
-                                 train=arm_section(self.sections["train"] if train is None
-                                                   else train, arm))
+        return self.section_hash(*TRAIN_SECTIONS, "eval", train=self._arm_train(arm, train))
+
+    def _arm_train(self, arm: str, train: Mapping[str, Any] | None) -> dict[str, Any]:
+        return arm_section(self.sections["train"] if train is None else train, arm)
 
     def config(self, cls: type, *keys: str, **extra: Any) -> Any:
         """`cls` built strictly from the profile's section at `keys` (e.g. "train", or "data",

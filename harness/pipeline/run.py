@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
                              "DVC issue #9021)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness run --help` answers at once
-    from harness.audit.gate import gate, load_baseline, parse_fail_on, ungated
+    from harness.audit.gate import gate, load_baseline, parse_fail_on, require_baseline, ungated
     from harness.config.validate import seed_warnings, validate_params
 
     try:
@@ -95,8 +95,7 @@ def main(argv: list[str]) -> int:
         fail_on = parse_fail_on(args.fail_on)
         # read before `dvc repro` rewrites it: --baseline reports/audit.json is the last run's
         baseline = load_baseline(args.baseline) if args.baseline else None
-        if "changed" in fail_on and baseline is None:
-            gate({}, fail_on, None)  # raises, naming the fix, before any stage runs
+        require_baseline(fail_on, baseline)  # before any stage runs
         profile = load_params(args.params).profile
         raw = Path(PROFILE_RAW.format(profile=profile))
         params = preflight(args.params, raw)

@@ -97,11 +97,10 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
     ev = params.eval_config()
     run = read_json(args.text / "run.json")
     train = read_arm_train(args.config, params, args.arm)
-    if run["train_hash"] != params.train_hash(args.arm, train):
+    if run["train_hash"] != (want := params.train_hash(args.arm, train)):
         raise ContractError(f"{args.text / 'run.json'}: trained with params hash "
-                            f"{run['train_hash']}, params.yaml now gives "
-                            f"{params.train_hash(args.arm, train)}; rerun the pipeline "
-                            "(`harness run`)")
+                            f"{run['train_hash']}, params.yaml now gives {want}; rerun the "
+                            "pipeline (`harness run`)")
     fit, test = (load_split(str(args.image / f"{split}.npz"), str(args.text / f"{split}.npz"))
                  for split in ("val", "test"))
     check_disjoint(fit[0], test[0], str(args.image / "val.npz"), str(args.image / "test.npz"))

@@ -7,7 +7,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.audit.gate import AUDIT_PATH, add_gate_args, report_gate
+from harness.audit.gate import (
+    AUDIT_PATH,
+    add_gate_args,
+    check_params_hash,
+    gate,
+    load_baseline,
+    parse_fail_on,
+    report_gate,
+    ungated,
+)
 from harness.config.params import load_params
 from harness.records.schemas import REFERENCE, RESULTS, THEORY, Schema
 from harness.stages.common import fail, stage_parser
@@ -41,13 +50,6 @@ def main(argv: list[str]) -> int:
     default the files the pipeline's audit stage reads); write the verdicts to --out, if given;
     with --fail-on, exit 1 naming every claim or check that trips the gate."""
     from harness.audit.claims import load_registry
-    from harness.audit.gate import (
-        check_params_hash,
-        gate,
-        load_baseline,
-        parse_fail_on,
-        ungated,
-    )
     from harness.audit.judge import audit
     from harness.audit.rules import Context
 

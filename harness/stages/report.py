@@ -54,14 +54,16 @@ def main(argv: list[str]) -> int:
     from harness.report.render import render, write_pdf
     from harness.tracking import mlflow_runs as tracking
 
-    if args.rev is not None:
-        try:
-            inputs_at(args, args.rev, Path(tempfile.mkdtemp(prefix="harness-report-")))
-        except ContractError as e:
-            return fail(e)
-    ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory, args.contamination,
-                                    args.audit, args.params, args.provenance, args.prepared,
-                                    args.probe, args.claims or REGISTRY))
+    with tempfile.TemporaryDirectory(prefix="harness-report-") as tmp:
+        if args.rev is not None:
+            try:
+                inputs_at(args, args.rev, Path(tmp))
+            except ContractError as e:
+                return fail(e)
+        ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory,
+                                        args.contamination, args.audit, args.params,
+                                        args.provenance, args.prepared, args.probe,
+                                        args.claims or REGISTRY))
     for w in ctx["warnings"]:
         print(f"harness report: warning: {w}", file=sys.stderr)
     for a in ctx["summary"]["absent"]:
@@ -86,26 +88,27 @@ def inputs_at(args: argparse.Namespace, rev: str, tmp: Path) -> None:
     stays absent, so its section says so."""
     from harness.compare.revs import Files
 
-    files = Files(rev)
+    files, here = Files(rev), Path.cwd().resolve()
 
-    def fetch(path: Path) -> Path:
-        rel = path
-        if path.is_absolute():
-            if not path.resolve().is_relative_to(Path.cwd().resolve()):
-                raise ContractError(f"--rev {rev}: {path} lies outside the repository here "
-                                    f"({Path.cwd()}); give the repository's relative paths")
-            rel = path.resolve().relative_to(Path.cwd().resolve())
-        out = tmp / rel
+    def relative(path: Path) -> Path:
+        if not path.is_absolute():
+            return path
+        if not path.resolve().is_relative_to(here):
+            raise ContractError(f"--rev {rev}: {path} lies outside the repository here "
+                                f"({here}); give the repository's relative paths")
+        return path.resolve().relative_to(here)
+
+    def fetch(rel: Path) -> Path:
         raw = files.read(rel.as_posix())
         if raw is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(raw)
-        return out
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(raw)
+        return tmp / rel
 
     for name in INPUTS:
         if getattr(args, name) is not None:
-            setattr(args, name, fetch(getattr(args, name)))
-    runs = args.runs_dir
+            setattr(args, name, fetch(relative(getattr(args, name))))
+    runs = relative(args.runs_dir)
     for name in files.names(runs.as_posix()):
         fetch(runs / name)
     args.runs_dir = tmp / runs
