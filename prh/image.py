@@ -20,6 +20,7 @@ import dataclasses
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,10 +133,13 @@ def preprocessing(image_size: int, mean: Sequence[float], std: Sequence[float],
             "mean": [float(x) for x in mean], "std": [float(x) for x in std]}
 
 
-def load_image(path: Path, image_size: int, interpolation: str = "bilinear") -> torch.Tensor:
-    """RGB image -> float tensor [3, S, S] in [0, 1]: shorter side to S, centre crop S x S."""
+def load_image(path: Path | np.ndarray, image_size: int, interpolation: str = "bilinear"
+               ) -> torch.Tensor:
+    """RGB image (a file, or uint8 [H, W, 3] pixels such as CIFAR's) -> float tensor
+    [3, S, S] in [0, 1]: shorter side to S, centre crop S x S."""
     try:
-        with Image.open(path) as im:
+        with (nullcontext(Image.fromarray(path)) if isinstance(path, np.ndarray)
+              else Image.open(path)) as im:
             im = im.convert("RGB")
             w, h = im.size
             scale = image_size / min(w, h)
@@ -443,17 +447,20 @@ def dinov2_preprocessing(model: nn.Module, img_size: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- embedding
 
-def embed_images(model: nn.Module, paths: list[Path], *, image_size: int, mean: Sequence[float],
-                 std: Sequence[float], batch_size: int, progress: bool | None = None,
-                 interpolation: str = "bilinear", per_block: bool = False) -> np.ndarray:
-    """Embed images in order -> float32 [n, d] (or [n, n_blocks, d] with `per_block`).
+def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_size: int,
+                 mean: Sequence[float], std: Sequence[float], batch_size: int,
+                 progress: bool | None = None, interpolation: str = "bilinear",
+                 per_block: bool = False) -> np.ndarray:
+    """Embed images (files, or uint8 [n, H, W, 3] pixels) in order -> float32 [n, d] (or
+    [n, n_blocks, d] with `per_block`).
 
     Batched, under no_grad, with the model in eval mode. `per_block` returns the CLS token of
     every transformer block's output, before the final norm (platonic-rep's layer-wise
     protocol: the CLS token at `blocks.{i}.add_1`); it needs a model with `.blocks` (ViT).
     A progress bar is shown only when `progress` is true, or when it is None and stderr is a TTY.
     """
-    check_images_exist(paths, "generate or download the images the data set names")
+    if not isinstance(paths, np.ndarray):
+        check_images_exist(paths, "generate or download the images the data set names")
     if per_block and not hasattr(model, "blocks"):
         raise ImageError(f"per_block needs a ViT with .blocks; {type(model).__name__} has none")
     model.eval()

@@ -202,13 +202,21 @@ def score_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndar
                    test_txt: np.ndarray, *, seed: int, cfg: PairFreeConfig = PairFreeConfig()
                    ) -> dict[str, float | int | str]:
     """Fit on the pools (`fit_pairfree`, never the test pairs), score image -> text on the test
-    pairs with the mapped image as the query.
+    pairs with the mapped image as the query: `fit_and_score` without the map."""
+    return fit_and_score(pool_img, pool_txt, test_img, test_txt, seed=seed, cfg=cfg)[0]
 
-    Returns status ("ok" or "collapsed"), r_at_1 (cosine, ties against the true pair:
+
+def fit_and_score(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarray,
+                  test_txt: np.ndarray, *, seed: int, cfg: PairFreeConfig = PairFreeConfig()
+                  ) -> tuple[dict[str, float | int | str], PairFreeMap | None]:
+    """(scores, the map) of `fit_pairfree` on the pools, scored on the test pairs.
+
+    The scores: status ("ok" or "collapsed"), r_at_1 (cosine, ties against the true pair:
     `prh.align.image_to_text_recall`), foscttm (`prh.metrics.foscttm`: midranks, ties one
     half), chance_r_at_1 = 1 / n_test, chance_foscttm = 0.5, rounds, n_matches and the sizes.
-    A collapsed pool (`collapsed_sides`) is not fitted: status "collapsed", `collapsed` names
-    the sides, foscttm 0.5 (every candidate ties) and r_at_1 0 (a tie counts against).
+    A collapsed pool (`collapsed_sides`) is not fitted (the map is None): status "collapsed",
+    `collapsed` names the sides, foscttm 0.5 (every candidate ties) and r_at_1 0 (a tie counts
+    against).
     """
     test_img, test_txt = metrics.check_pair(test_img, test_txt, "test images", "test texts")
     n_test = test_img.shape[0]
@@ -220,10 +228,10 @@ def score_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndar
                           text_pool=metrics.check_matrix(pool_txt, "text pool"))
     if bad:
         return {"status": "collapsed", "collapsed": " and ".join(bad), "r_at_1": 0.0,
-                "foscttm": 0.5, "rounds": 0, "n_matches": 0, **out}
+                "foscttm": 0.5, "rounds": 0, "n_matches": 0, **out}, None
     pmap = fit_pairfree(pool_img, pool_txt, seed=seed, cfg=cfg)
     hits = align.image_to_text_recall(pmap, test_img, test_txt)[1]
     f = metrics.foscttm(align.unit_or_zero(pmap.image_to_text(test_img)),
                         align.unit_or_zero(pmap.text(test_txt)))
     return {"status": "ok", "r_at_1": float(hits.mean()), "foscttm": float(f.mean()),
-            "rounds": pmap.rounds, "n_matches": pmap.n_matches, **out}
+            "rounds": pmap.rounds, "n_matches": pmap.n_matches, **out}, pmap

@@ -513,6 +513,118 @@ def test_table_3s_flickr_column_with_the_30k_pair_map(parts, tmp_path):
     assert row["t3_clip_flickr_r1"]["verdict"] == "not rerun"
 
 
+def _pairfree_world(tmp_path, parts):
+    """The flickr30k side of Table 4's setting in miniature: 96 train photos (pools of 48 a
+    side), their photos and a miniature ImageNet-100 embedded by a random DINOv2 ViT-B/14 at
+    56 px as the image stage would, the aligner at 4 clusters, 2 restarts, 3 rounds."""
+    from flickr_mini import build, dinov2_state
+    from test_zeroshot import write_in100
+
+    from prh import image
+    from prh.data import load_karpathy, pairfree_halves, photo_paths
+    from prh.io import save_embeddings
+
+    raw = build(tmp_path / "flickr", n_train=96, n_val=8, n_test=8)
+    weights = tmp_path / "dinov2.pth"
+    torch.save(dinov2_state(), weights)
+    doc = yaml.safe_load(open(stage.__file__.replace("harness/stages/reference.py",
+                                                     "params.yaml")))
+    img = {**doc["flickr30k"]["image"], "weights": str(weights), "image_size": SIZE,
+           "embed_batch_size": 32}
+    cfg = image.ImageConfig.from_dict(img)
+    model = image.build_dinov2(weights, img_size=SIZE)
+    corpus = load_karpathy(raw / "dataset.json")
+    image_dir, emb = tmp_path / "image", {}
+    for split in ("train", "val", "test"):
+        photos = corpus.split(split)
+        emb[split] = image.embed_images(model, photo_paths(photos, raw / "images"),
+                                        image_size=SIZE, mean=cfg.mean, std=cfg.std,
+                                        batch_size=32)
+        save_embeddings(image_dir / f"{split}.npz", [p.id for p in photos], emb[split],
+                        meta={"config": cfg.to_dict()})
+    pool = pairfree_halves(corpus.split("train"))[0]
+    save_embeddings(image_dir / "pool_images.npz", [p.id for p in pool], emb["train"][:48],
+                    meta={"config": cfg.to_dict()})
+    in100 = write_in100(tmp_path / "in100")
+    over = {"flickr30k": {**doc["flickr30k"], "image": img, "eval": {
+        **doc["flickr30k"]["eval"], "pairfree_pool": 48,
+        "pairfree": {"clusters": 4, "restarts": 2, "batch": 48, "rounds": 3, "workers": 1}}}}
+    flickr = {"dataset": str(raw / "dataset.json"), "image": str(image_dir),
+              "pairfree_seeds": [0, 1], "classes": {"in100": str(in100)}}
+    params = _params(tmp_path, parts, flickr=flickr, n_permutations=0)
+    full = yaml.safe_load(open(params))
+    full.update(over)
+    open(params, "w").write(yaml.safe_dump(full))
+    return {"params": params, "corpus": corpus, "emb": emb, "model": model, "cfg": cfg,
+            "in100": in100, "image_dir": image_dir}
+
+
+def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
+    """With `flickr.pairfree_seeds` and `classes`: each text encoder's pair-free map per seed on
+    the flickr30k profile's pools (images of the first half of the train photos, first captions
+    of the last half) and aligner, its R@1 and FOSCTTM on the test pairs and its ImageNet-100
+    top-5, each equal to prh.pairfree / prh.zeroshot run on an independent extraction of the
+    same rows; the spread over seeds holds the median."""
+    from prh.classsets import read_in100
+    from prh.data import pairfree_halves
+    from prh.image import embed_images
+    from prh.pairfree import PairFreeConfig, fit_and_score
+    from prh.zeroshot import class_embeddings, in100_prompt, zeroshot_scores
+
+    w = _pairfree_world(tmp_path, parts)
+    out = tmp_path / "wit1024.json"
+    assert stage.main(["--params", w["params"], "--out", str(out)]) == 0
+    doc = read_reference(out)
+    assert doc["classes"] == {"in100": {"n": 100, "n_classes": 100}}
+    got = doc["pair_free"]["Qwen/Qwen2.5-0.5B"]
+    assert set(got["seeds"]) == {"0", "1"} and got["n_pool"] == 48 and got["n_test"] == 8
+    assert set(doc["pair_free"]) == {"Qwen/Qwen2.5-0.5B", "minilm"}
+
+    lm = features.load_language_model(parts["qwen"])
+    def encode(texts):
+        return features.language_features(lm, texts, last_only=True)[0][:, 0]
+    txt_half = pairfree_halves(w["corpus"].split("train"))[1]
+    pool_txt = encode([p.captions[0] for p in txt_half[:48]])
+    test_txt = encode([p.captions[0] for p in w["corpus"].split("test")])
+    cs = read_in100(w["in100"])
+    class_img = embed_images(w["model"], cs.images, image_size=SIZE, mean=w["cfg"].mean,
+                             std=w["cfg"].std, batch_size=32)
+    prompts = class_embeddings(encode, [[in100_prompt(n, d)]
+                                        for n, d in zip(cs.names, cs.definitions, strict=True)])
+    aligner = PairFreeConfig(clusters=4, restarts=2, batch=48, rounds=3)
+    for seed in (0, 1):
+        scores, pmap = fit_and_score(w["emb"]["train"][:48], pool_txt, w["emb"]["test"],
+                                     test_txt, seed=seed, cfg=aligner)
+        row = got["seeds"][str(seed)]
+        assert (row["r_at_1"], row["foscttm"]) == (scores["r_at_1"], scores["foscttm"])
+        assert row["zeroshot"]["in100"] == zeroshot_scores(pmap, class_img, prompts, cs.labels,
+                                                           k=5)
+    zs = [got["seeds"][s]["zeroshot"]["in100"]["top_k"] for s in ("0", "1")]
+    assert got["spread"]["in100_top5"]["median"] == float(np.median(zs))
+    assert got["spread"]["foscttm"]["n"] == 2
+
+
+def test_table_4s_setting_refuses_class_images_made_otherwise(parts, tmp_path, capsys):
+    """The class images must share the pools' encoder: an image stage run under another
+    image config is refused before any model loads, naming the file; zero-shot without a
+    pair-free seed is refused when the section is read."""
+    from prh.io import load_embeddings, save_embeddings
+
+    w = _pairfree_world(tmp_path, parts)
+    ids, emb, meta = load_embeddings(w["image_dir"] / "test.npz")
+    save_embeddings(w["image_dir"] / "test.npz", ids, emb,
+                    meta={"config": {**meta["config"], "image_size": 224}})
+    assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
+    assert "test.npz: embedded under another image config than params.yaml's flickr30k.image" \
+        in capsys.readouterr().err
+    doc = yaml.safe_load(open(w["params"]))
+    doc["wit1024"]["flickr"]["pairfree_seeds"] = []
+    open(w["params"], "w").write(yaml.safe_dump(doc))
+    assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
+    assert "classes: zero-shot scores a pair-free map; set wit1024.flickr.pairfree_seeds" \
+        in capsys.readouterr().err
+
+
 def test_a_same_model_rerun_at_bf16_lands_inside_the_margin_at_wit_scale():
     """The evaluated rule's error analysis by simulation at WIT-1024's n = 1,024 and k = 10: a
     model's features rounded to bf16 (what a GPU extraction does), 12 planted pairs of 1 x 2
@@ -597,3 +709,40 @@ def test_mean_pooling_equals_sentence_transformers_on_minilm():
     lm = features.load_language_model(minilm_dir())
     ours = metrics.l2_normalize(features.language_features(lm, texts, last_only=True)[0][:, 0])
     np.testing.assert_allclose(ours, peer, atol=1e-5)
+
+
+@functools.cache
+def _registry():
+    return load_registry("harness/audit/claims.yaml")
+
+
+def _bound_verdict(values: dict[str, float], n: int = 1000) -> str:
+    from harness.audit.rules import rule_pairfree_bound
+
+    reg = _registry()
+    doc = {"pair_free": {"openai/clip-vit-base-patch32": {
+        "seeds": {s: {"r_at_1": v} for s, v in values.items()}, "n_test": n, "n_pool": 14500}}}
+    return rule_pairfree_bound(reg.claims["pairfree_clip_r1"],
+                               Context(reg.claims, "world", reference=doc)).verdict
+
+
+def test_the_pairfree_bound_rule_by_simulation():
+    """"At or below .3%" on 1,000 test photos, 3 aligner seeds drawn as binomial hit counts:
+    at chance (.001) the claim is reproduced in at least 95% of draws; far above it (.02) it
+    differs in at least 95%; at the edge of bound + margin (.0085) it is reproduced in at most
+    5% plus the binomial's share (the one-sided 5% test's size, here the simulation's bound
+    .08 at 400 draws); without scores it is not rerun."""
+    rng = np.random.default_rng(0)
+
+    def rate(p: float, verdict: str, draws: int = 400) -> float:
+        hits = rng.binomial(1000, p, (draws, 3)) / 1000
+        return np.mean([_bound_verdict({str(i): h for i, h in enumerate(row)}) == verdict
+                        for row in hits])
+
+    assert rate(0.001, "reproduced") >= 0.95
+    assert rate(0.02, "differs") >= 0.95
+    assert rate(0.0085, "reproduced") <= 0.08
+    reg = _registry()
+    row = {r["id"]: r for r in audit(reg, Context(reg.claims, "world"))["claims"]}
+    assert row["pairfree_mpnet_r1"]["verdict"] == "not rerun"
+    assert "pairfree_seeds" in row["pairfree_mpnet_r1"]["reason"]

@@ -40,7 +40,7 @@ CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
                   "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
 RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
-              "metadata", "evaluated", "ranking", "sts_arm")
+              "metadata", "evaluated", "ranking", "sts_arm", "pairfree_bound")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = tuple(verdicts.WHY_NOT_RERUN)
@@ -48,7 +48,8 @@ _MKNN = names.mknn(names.PAPER_K)  # the paper's mutual 10-NN, on each benchmark
 METRICS = ("r_at_1", "r_at_5", _MKNN, "r_at_1_fit", "control_random_map_r_at_1",
            "control_shuffled_r_at_1", "chance_r_at_1", names.chance(_MKNN), f"wit_{_MKNN}",
            f"wit_{_MKNN}_clip", "wit_cka", f"coco_{_MKNN}", "sts_spearman", "fraction_explained",
-           "top5_accuracy", "foscttm", "val_loss", "cosine", "count", "ratio", "difference",
+           "top5_accuracy", "foscttm", "pairfree_r_at_1", "val_loss", "cosine", "count",
+           "ratio", "difference",
            "parameters", "tokens", "samples", "images", "rmse", "abs_error", "bound_ratio",
            "epoch", "hyperparameter", "percent", "duration", "size_gb")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",

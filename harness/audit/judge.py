@@ -106,6 +106,10 @@ def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
     if claim.rule == "evaluated":
         return (f"the number of {claim.setup.get('model')} on {data}, from the reference stage's "
                 "scores of the same model on the same items")
+    if claim.rule == "pairfree_bound":
+        return (f"{claim.setup.get('model')} on pair-free pools of Flickr30k's train photos as "
+                "this tool draws them (assumed: the paper's are some 15,000 a side), from the "
+                "reference stage's scores")
     seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")
     return (f"the claim's number on {data}, from the {ctx.profile} run"
             + (f" ({len(seeds)} seed(s))" if seeds else ""))

@@ -24,7 +24,7 @@ def path_of(claim: Claim) -> str | None:
     """The cheapest path that reruns `claim`; None for a description with nothing to measure."""
     if claim.kind == "metadata" or claim.rule == "metadata":
         return None
-    if claim.rule in ("evaluated", "ranking"):
+    if claim.rule in ("evaluated", "ranking", "pairfree_bound"):
         return "wit1024"
     if claim.rule == "sts_arm" and claim.setup.get("scale") == "flickr":
         return "flickr30k"

@@ -31,6 +31,9 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 |            |                   | comparable                                                      |
 | ranking    | web_scale         | the text encoders' order under every vision reference scored:   |
 |            |                   | pattern seen / not seen (a swap with item intervals clear of 0) |
+| pairfree_  | web_scale (public | a public model's pair-free R@1 on Table 4's Flickr30k pools     |
+| bound      | models)           | against "at or below": the upper end of its interval within the |
+|            |                   | bound + margin: reproduced; the lower end above it: differs     |
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
 The statistics: the rerun's seeds x test pairs estimate from results.json
@@ -513,6 +516,53 @@ def rule_ranking(claim: Claim, ctx: Context) -> Verdict:
         "models"), evidence)
 
 
+def clopper_pearson(hits: int, n: int, level: float) -> tuple[float, float]:
+    """Two-sided exact binomial interval for hits / n at `level` (Clopper & Pearson 1934)."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if hits == 0 else float(beta.ppf(a, hits, n - hits + 1))
+    hi = 1.0 if hits == n else float(beta.ppf(1 - a, hits + 1, n - hits))
+    return lo, hi
+
+
+def rule_pairfree_bound(claim: Claim, ctx: Context) -> Verdict:
+    """A public text encoder's pair-free R@1 on Table 4's Flickr30k pools (runs/reference/
+    wit1024.json `pair_free`, one map per aligner seed) against the claim that it stays at or
+    below the printed bound. The estimate is the mean over seeds; its interval is Clopper-
+    Pearson's on that mean's hits over the n test photos at 90% (5% a side): it resamples the
+    test photos, not the aligner's seeds, whose spread is shown beside it. The bound is the top
+    of the printed number's rounding interval (0.3% -> .0035). reproduced: the interval's upper
+    end at most bound + margin (one-sided at 5%); differs: its lower end above the bound;
+    inconclusive otherwise. Not scored: not rerun, with the command."""
+    model = claim.setup.get("model")
+    entry = reference.lookup(ctx.reference, model, None, claim.metric)
+    if entry is None:
+        return Verdict("not rerun", not_rerun(claim.why_not_rerun or "compute", (
+            f"{model} not scored on the pair-free pools; list it in params.yaml's wit1024 "
+            "section, set wit1024.flickr with pairfree_seeds and run `dvc repro "
+            "pipelines/wit1024/dvc.yaml`")), {})
+    seeds = {s: float(r["r_at_1"]) for s, r in entry["seeds"].items()}
+    n = int(entry["n_test"])
+    mean = sum(seeds.values()) / len(seeds)
+    lo, hi = clopper_pearson(round(mean * n), n, 1 - 2 * ALPHA)
+    bound = printed_interval(claim.printed)[1] * claim.scale
+    margin = _margin(claim, claim.metric, ctx)
+    assert margin is not None, f"no margin for {claim.metric}"
+    evidence = {"claim": claim.scalar() * claim.scale, "bound": bound, "run": mean, "ci": [lo, hi],
+                "ci_level": 1 - 2 * ALPHA, "margin": margin, "seeds": seeds, "n_test": n,
+                "n_pool": entry["n_pool"], "model": model,
+                "resamples": "the test photos (the aligner seeds' spread shown, not used)"}
+    shown = (f"mean R@1 {mean:.4f} over {len(seeds)} aligner seed(s), 90% interval "
+             f"[{lo:.4f}, {hi:.4f}] over {n} test photos, bound {bound:.4f}, margin {margin:g}")
+    if hi <= bound + margin:
+        return Verdict("reproduced", f"at or below the bound within the margin ({shown})",
+                       evidence)
+    if lo > bound:
+        return Verdict("differs", f"above the bound ({shown})", evidence)
+    return Verdict("inconclusive", f"neither clearly within nor above ({shown})", evidence)
+
+
 def rule_metadata(claim: Claim, ctx: Context) -> Verdict:
     return Verdict("not rerun", not_rerun("metadata", "describes a setup or a count; nothing to "
                                           "measure"), {})
@@ -522,6 +572,6 @@ RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
     "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
     "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
     "metadata": rule_metadata, "evaluated": rule_evaluated, "ranking": rule_ranking,
-    "sts_arm": rule_sts_arm,
+    "sts_arm": rule_sts_arm, "pairfree_bound": rule_pairfree_bound,
 }
 assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

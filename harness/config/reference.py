@@ -16,6 +16,9 @@ from prh.layers import CLIP_MODES
 
 SECTION = "wit1024"
 FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
+FLICKR_KEYS = ("dataset", "image", "pairfree_seeds", "classes")
+CLASS_SETS = ("in100", "cifar10", "cifar100")  # prh.classsets readers, prh.zeroshot.TOP_K
+PAIRFREE_PROFILE = "flickr30k"  # whose pools, aligner and image encoder Table 4's setting uses
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,17 @@ class VisionEncoder:
 @dataclass(frozen=True)
 class FlickrMap:
     """Table 3's last column: Flickr30k R@1 of a map fitted on every train pair and the val
-    pairs (29,000 + 1,014), from the flickr30k profile's Karpathy file and image stage."""
+    pairs (29,000 + 1,014), from the flickr30k profile's Karpathy file and image stage. With
+    `pairfree_seeds`, Table 4's setting too: each text encoder's map fitted without pairs on
+    the flickr30k profile's pair-free pools, with its aligner (`flickr30k.eval.pairfree_pool`,
+    `flickr30k.eval.pairfree`, the trained arms' own), once per seed; with `classes`, each
+    such map scored zero-shot on the class sets named (prh.classsets: in100, cifar10,
+    cifar100 -> the user's folder), their images embedded by the flickr30k image encoder."""
 
     dataset: Path
     image: Path
+    pairfree_seeds: tuple[int, ...] = ()
+    classes: tuple[tuple[str, Path], ...] = ()  # (class set, folder), in CLASS_SETS order
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,27 @@ def _encoders(raw: Any, where: str, cls: type, keys: tuple[str, ...],
     return tuple(out)
 
 
+def _flickr(raw: Any, where: str, path: Path) -> FlickrMap:
+    if not isinstance(raw, dict) or not {"dataset", "image"} <= set(raw):
+        raise ParamsError(f"{where}: expected null or {{dataset: the Karpathy JSON, image: the "
+                          f"flickr30k image stage's folder}}, got {raw!r}")
+    _unknown(raw, FLICKR_KEYS, f"{SECTION}.flickr: ", path)
+    seeds = raw.get("pairfree_seeds") or []
+    if not isinstance(seeds, list) or len(set(map(str, seeds))) != len(seeds) or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ParamsError(f"{where}.pairfree_seeds: expected a list of distinct integers >= 0 "
+                          f"(the aligner's seeds), got {seeds!r}")
+    classes = raw.get("classes") or {}
+    if not isinstance(classes, dict) or set(classes) - set(CLASS_SETS):
+        raise ParamsError(f"{where}.classes: expected a mapping from {list(CLASS_SETS)} to the "
+                          f"folder of each class set, got {classes!r}")
+    if classes and not seeds:
+        raise ParamsError(f"{where}.classes: zero-shot scores a pair-free map; set "
+                          f"{SECTION}.flickr.pairfree_seeds too")
+    return FlickrMap(Path(raw["dataset"]), Path(raw["image"]), tuple(seeds),
+                     tuple((c, Path(classes[c])) for c in CLASS_SETS if classes.get(c)))
+
+
 def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
     """The `wit1024` section, checked whole; the rest of params.yaml is validated too."""
     path = Path(path)
@@ -158,10 +189,7 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
         raise ParamsError(f"{where}.k = {k}: mutual k-NN needs k < n_rows - 1 = {n_rows - 1}")
     flickr = sec.get("flickr")
     if flickr is not None:
-        if not isinstance(flickr, dict) or set(flickr) != {"dataset", "image"}:
-            raise ParamsError(f"{where}.flickr: expected null or {{dataset: the Karpathy JSON, "
-                              f"image: the flickr30k image stage's folder}}, got {flickr!r}")
-        flickr = FlickrMap(Path(flickr["dataset"]), Path(flickr["image"]))
+        flickr = _flickr(flickr, f"{where}.flickr", path)
     if sec.get("arms") and not sec.get("stsb"):
         raise ParamsError(f"{where}.arms: the trained arms are scored on STS-B; set "
                           f"{SECTION}.stsb to the STS-B test file too")
@@ -187,4 +215,6 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     paths += [cfg.arms] if cfg.arms else []
     if cfg.flickr:
         paths += [cfg.flickr.dataset, *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS)]
+        if cfg.flickr.pairfree_seeds:
+            paths += [cfg.flickr.image / "pool_images.npz", *(p for _, p in cfg.flickr.classes)]
     return [str(p) for p in paths if not p.exists()]

@@ -15,6 +15,11 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "sts": {NAME: {spearman, n, path}},
      "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, interval, pooling, pairs} |
                       {skipped: why}},
+     "pair_free": {NAME: {seeds: {SEED: prh.pairfree.fit_and_score's scores + zeroshot:
+                                  {SET: prh.zeroshot.zeroshot_scores}},
+                          spread: {r_at_1 | foscttm | SET_topK: seed_spread}, n_pool, n_test,
+                          aligner} | {skipped: why}},
+     "classes": {SET: {n, n_classes}},
      "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}}}
 
 METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
@@ -38,6 +43,7 @@ WIT_METRICS: dict[str, tuple[str, int | None]] = {
     "wit_cka": ("cka", None)}
 STS_METRIC = "sts_spearman"
 FLICKR_METRIC = "r_at_1"  # a claim on it with setup.dataset flickr30k: the 30k-pair map's R@1
+PAIRFREE_METRIC = "pairfree_r_at_1"  # Table 4's setting: the pair-free map's R@1 per seed
 VALUE_KEYS = ("best", "spearman", "r_at_1")  # an entry's number, by kind of entry
 
 
@@ -81,6 +87,9 @@ def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | No
     reads: an alignment entry, or {"spearman", ...} for STS-B; None when it was not scored."""
     if not doc or not model:
         return None
+    if claim_metric == PAIRFREE_METRIC:
+        entry = doc.get("pair_free", {}).get(model)
+        return entry if entry and "seeds" in entry else None
     if claim_metric == STS_METRIC:
         return doc.get("sts", {}).get(model)
     if claim_metric == FLICKR_METRIC:

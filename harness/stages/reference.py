@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,11 @@ PROTOCOL = {
             "(calibrated-similarity calibrate_layers, agg max)",
     "sts": "cosine of the mean-pooled last hidden state, Spearman against the gold scores",
     "flickr": "the mean-pooled last hidden state of each photo's first caption; Procrustes "
-              "fitted on every train and val pair, image -> text R@1 on the test pairs"}
+              "fitted on every train and val pair, image -> text R@1 on the test pairs",
+    "pair_free": "the flickr30k profile's pair-free pools (images of the first half of the "
+                 "train photos, first captions of the last half) and aligner (prh.pairfree), "
+                 "one map per seed, scored image -> text on the test pairs (R@1 ties against, "
+                 "FOSCTTM midranks) and zero-shot on the class sets (prh.zeroshot)"}
 
 
 def _digest(wit: Wit) -> str:
@@ -95,6 +100,126 @@ def read_flickr(cfg: ReferenceConfig) -> dict[str, tuple[list[str], np.ndarray]]
     return out
 
 
+@dataclass
+class PairFreeInputs:
+    """Table 4's setting, read and checked before any model loads (`read_pairfree`)."""
+
+    pool_img: np.ndarray  # the image stage's pool_images.npz, first `pool` rows
+    pool_captions: list[str]  # first captions of the text pool's photos, in pool order
+    aligner: Any  # prh.pairfree.PairFreeConfig of the flickr30k profile
+    classes: dict[str, Any]  # class set -> prh.classsets.ClassSet
+    image: Any  # prh.image.ImageConfig of the flickr30k profile
+    weights: Path  # its DINOv2 weights
+
+
+def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | None:
+    """The pools, aligner, class sets and image encoder of `flickr.pairfree_seeds`, checked:
+    the image pool's ids are the first half of the train photos (`prh.data.pairfree_halves`),
+    the image stage embedded under the flickr30k image config this stage would embed the class
+    images with. None when no seed is set."""
+    if cfg.flickr is None or not cfg.flickr.pairfree_seeds:
+        return None
+    from harness.config.params import EvalConfig, _build
+    from harness.config.reference import PAIRFREE_PROFILE
+    from harness.stages.train import eval_captions
+    from prh import classsets
+    from prh.data import load_karpathy, pairfree_halves
+    from prh.image import ImageConfig
+    from prh.io import check_same_ids, load_embeddings, read_yaml
+
+    block = read_yaml(params_path, "pass --params").get(PAIRFREE_PROFILE) or {}
+    ev = _build(EvalConfig, block.get("eval") or {}, params_path, f"{PAIRFREE_PROFILE}.eval")
+    if ev.pairfree_pool == 0:
+        raise ContractError(f"{params_path}: {PAIRFREE_PROFILE}.eval.pairfree_pool is 0; set it "
+                            "(14500: half the train photos) to score wit1024.flickr.pairfree_seeds")
+    img_half, txt_half = pairfree_halves(load_karpathy(cfg.flickr.dataset).split("train"))
+    if len(img_half) < ev.pairfree_pool:
+        raise ContractError(f"{cfg.flickr.dataset}: {len(img_half)} photos a side, "
+                            f"{PAIRFREE_PROFILE}.eval.pairfree_pool asks for {ev.pairfree_pool}")
+    path = cfg.flickr.image / "pool_images.npz"
+    ids, emb, _ = load_embeddings(path)
+    check_same_ids(ids[:ev.pairfree_pool], np.array([p.id for p in img_half[:ev.pairfree_pool]]),
+                   str(path), f"{cfg.flickr.dataset} (first half of train)")
+    image = ImageConfig.from_dict(block.get("image") or {}, f"{PAIRFREE_PROFILE}.image")
+    made = load_embeddings(cfg.flickr.image / "test.npz")[2].get("config")
+    if made != image.to_dict():
+        raise ContractError(f"{cfg.flickr.image / 'test.npz'}: embedded under another image "
+                            f"config than params.yaml's {PAIRFREE_PROFILE}.image; rerun its "
+                            "image stage so the class images and the pools share an encoder")
+    # the image stage's own rule (harness.stages.common.weights_path), the raw folder being
+    # the Karpathy file's
+    weights = Path((block.get("image") or {}).get("weights")
+                   or cfg.flickr.dataset.parent / "weights" / "dinov2_vitb14.pth")
+    if cfg.flickr.classes and not weights.exists():
+        raise ContractError(f"{weights}: the {PAIRFREE_PROFILE} image encoder's weights are "
+                            "missing; the class images are embedded with them")
+    readers = {"in100": classsets.read_in100,
+               "cifar10": lambda r: classsets.read_cifar(r, "cifar10"),
+               "cifar100": lambda r: classsets.read_cifar(r, "cifar100")}
+    return PairFreeInputs(emb[:ev.pairfree_pool], eval_captions(txt_half[:ev.pairfree_pool]),
+                          ev.pairfree, {name: readers[name](root)
+                                        for name, root in cfg.flickr.classes},
+                          image, weights)
+
+
+def _class_images(pf: PairFreeInputs) -> dict[str, np.ndarray]:
+    """Each class set's images embedded as the flickr30k image stage embeds its photos."""
+    from prh import image
+
+    if not pf.classes:
+        return {}
+    model = image.build_dinov2(pf.weights, img_size=pf.image.image_size)
+    out = {}
+    for name, cs in pf.classes.items():
+        start = time.perf_counter()
+        out[name] = image.embed_images(model, cs.images, image_size=pf.image.image_size,
+                                       mean=pf.image.mean, std=pf.image.std,
+                                       batch_size=pf.image.embed_batch_size)
+        print(f"reference: {name}: {len(cs.labels)} images of {len(cs.names)} classes embedded "
+              f"in {time.perf_counter() - start:.1f} s")
+    del model
+    _free()
+    return out
+
+
+def _prompts(cs: Any) -> list[list[str]]:
+    from prh.zeroshot import CIFAR_TEMPLATES, in100_prompt
+
+    if cs.definitions:
+        return [[in100_prompt(n, d)] for n, d in zip(cs.names, cs.definitions, strict=True)]
+    return [[t.format(n) for t in CIFAR_TEMPLATES] for n in cs.names]
+
+
+def _pairfree(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any], pf: PairFreeInputs,
+              class_img: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Table 4's setting for one text encoder: per seed, the pair-free map's scores on the test
+    pairs and its zero-shot top-k on each class set; the spread and median over seeds."""
+    from harness.stats.estimators import seed_spread
+    from prh.pairfree import fit_and_score
+    from prh.zeroshot import TOP_K, class_embeddings, zeroshot_scores
+
+    te_txt, te_img = flickr["test"]
+    pool_txt, test_txt = encode(pf.pool_captions), encode(te_txt)
+    if pool_txt.shape[1] > pf.pool_img.shape[1]:
+        return {"skipped": f"text width {pool_txt.shape[1]} exceeds the image width "
+                           f"{pf.pool_img.shape[1]}: the map reduces images to the text width"}
+    prompts = {name: class_embeddings(encode, _prompts(cs)) for name, cs in pf.classes.items()}
+    seeds = {}
+    for seed in cfg.flickr.pairfree_seeds:
+        got, pmap = fit_and_score(pf.pool_img, pool_txt, te_img, test_txt, seed=seed,
+                                  cfg=pf.aligner)
+        got["zeroshot"] = {} if pmap is None else {
+            name: zeroshot_scores(pmap, class_img[name], prompts[name], cs.labels, TOP_K[name])
+            for name, cs in pf.classes.items()}
+        seeds[str(seed)] = got
+    spread = {m: seed_spread({s: r[m] for s, r in seeds.items()}) for m in ("r_at_1", "foscttm")}
+    spread.update({f"{name}_top{TOP_K[name]}": seed_spread(
+        {s: r["zeroshot"].get(name, {}).get("top_k", 0.0) for s, r in seeds.items()})
+        for name in pf.classes})
+    return {"seeds": seeds, "spread": spread, "n_pool": len(pf.pool_captions),
+            "n_test": len(te_txt), "aligner": asdict(pf.aligner)}
+
+
 def _flickr(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
     """Table 3's last column for one text encoder: R@1 on the test pairs of a map fitted on
     every train pair and the val pairs (prh.align, ties against the true pair), with its
@@ -119,13 +244,15 @@ def _flickr(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[s
             "pairs": "every train photo and every val photo with its first caption"}
 
 
-def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any] | None
-          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any] | None,
+          pf: PairFreeInputs | None = None, class_img: dict[str, np.ndarray] | None = None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any], dict[str, Any],
+                     dict[str, Any]]:
     from prh.features import language_features, load_language_model
     from prh.layers import clip_outliers
     from prh.sts import spearman
 
-    feats, infos, sts_out, flickr_out = {}, {}, {}, {}
+    feats, infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}, {}
     for t in cfg.text:
         start = time.perf_counter()
         lm = load_language_model(t.path, t.precision, cfg.device)
@@ -146,9 +273,14 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
             flickr_out[t.name] = got = _flickr(cfg, last_layer, flickr)
             print(f"reference: {t.name}: Flickr30k " + (got.get("skipped") or (
                 f"R@1 {got['r_at_1']:.4f} with the {got['n_pairs']}-pair map")))
+        if flickr is not None and pf is not None:
+            pf_out[t.name] = got = _pairfree(cfg, last_layer, flickr, pf, class_img or {})
+            print(f"reference: {t.name}: pair-free " + (got.get("skipped") or ", ".join(
+                f"{m} median {v['median']:.4f} over {v['n']} seeds"
+                for m, v in got["spread"].items())))
         del lm
         _free()
-    return feats, infos, sts_out, flickr_out
+    return feats, infos, sts_out, flickr_out, pf_out
 
 
 def arm_runs(cfg: ReferenceConfig) -> dict[Path, dict[str, Any]]:
@@ -254,17 +386,24 @@ def main(argv: list[str]) -> int:
         wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows)
         sts = read_sts(cfg.stsb) if cfg.stsb else None
         flickr = read_flickr(cfg)
+        pf = read_pairfree(cfg, args.params)
         runs = arm_runs(cfg)
-    except (ContractError, WitError, StsError) as e:
+    except (ContractError, WitError, StsError, ValueError) as e:
         return fail(e)
     print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
           + (f", {len(sts.scores)} STS-B pairs" if sts else "")
-          + (f", {sum(len(f[0]) for f in flickr.values())} Flickr30k photos" if flickr else ""))
+          + (f", {sum(len(f[0]) for f in flickr.values())} Flickr30k photos" if flickr else "")
+          + (f", pair-free pools of {len(pf.pool_captions)}, seeds "
+             f"{list(cfg.flickr.pairfree_seeds)}"
+             + "".join(f", {n} ({len(c.labels)} images)" for n, c in pf.classes.items())
+             if pf else ""))
     if args.check:
         return 0
     try:
         vision, vision_info = _vision(cfg, wit)
-        text, text_info, sts_out, flickr_out = _text(cfg, wit, sts, flickr)
+        class_img = _class_images(pf) if pf else {}
+        text, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
+                                                             class_img)
         sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
     except (FeatureError, ContractError) as e:
         return fail(e)
@@ -275,6 +414,9 @@ def main(argv: list[str]) -> int:
                         "seed": cfg.seed},
            "text": text_info, "vision": vision_info,
            "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out,
+           "pair_free": pf_out,
+           "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
+                       for n, c in (pf.classes.items() if pf else ())},
            "sts_arms": sts_arms}
     write_reference(args.out, doc)
     return 0
