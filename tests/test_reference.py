@@ -564,18 +564,40 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     the flickr30k profile's pools (images of the first half of the train photos, first captions
     of the last half) and aligner, its R@1 and FOSCTTM on the test pairs and its ImageNet-100
     top-5, each equal to prh.pairfree / prh.zeroshot run on an independent extraction of the
-    same rows; the spread over seeds holds the median."""
+    same rows; the spread over seeds holds the median. With `arms`, a trained ARM-sSEED's own
+    encoder goes the same way on the same pools; one trained on the world's captions is
+    skipped, saying so."""
+    from test_train import tiny_cfg, toy_photos  # the toy corpus and config of the loop tests
+
     from prh.classsets import read_in100
     from prh.data import pairfree_halves
+    from prh.encode_text import load_text_encoder
     from prh.image import embed_images
     from prh.pairfree import PairFreeConfig, fit_and_score
+    from prh.tokenizer import train_tokenizer
+    from prh.train import train_text_encoder
     from prh.zeroshot import class_embeddings, in100_prompt, zeroshot_scores
 
     w = _pairfree_world(tmp_path, parts)
+    photos = toy_photos()
+    tok = train_tokenizer([c for p in photos for c in p.captions], vocab_size=120)
+    runs = tmp_path / "text"
+    for arm, profile in (("good", "flickr30k"), ("bad", "world")):
+        train_text_encoder(tiny_cfg(epochs=1, seed=0), photos, tok, runs / f"{arm}-s0")
+        (runs / f"{arm}-s0" / "run.json").write_text(json.dumps(
+            {"arm": arm, "seed": 0, "profile": profile}))
+    doc = yaml.safe_load(open(w["params"]))
+    doc["wit1024"]["arms"] = str(runs)
+    open(w["params"], "w").write(yaml.safe_dump(doc))
     out = tmp_path / "wit1024.json"
     assert stage.main(["--params", w["params"], "--out", str(out)]) == 0
     doc = read_reference(out)
     assert doc["classes"] == {"in100": {"n": 100, "n_classes": 100}}
+    arms = doc["pair_free_arms"]
+    assert arms["bad"]["runs"]["0"] == {"skipped": "trained on the world profile's captions; "
+                                                   "the pools are the flickr30k profile's"}
+    good = arms["good"]["runs"]["0"]
+    encode_arm = load_text_encoder(runs / "good-s0")
     got = doc["pair_free"]["Qwen/Qwen2.5-0.5B"]
     assert set(got["seeds"]) == {"0", "1"} and got["n_pool"] == 48 and got["n_test"] == 8
     assert set(doc["pair_free"]) == {"Qwen/Qwen2.5-0.5B", "minilm"}
@@ -599,6 +621,16 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
         assert (row["r_at_1"], row["foscttm"]) == (scores["r_at_1"], scores["foscttm"])
         assert row["zeroshot"]["in100"] == zeroshot_scores(pmap, class_img, prompts, cs.labels,
                                                            k=5)
+    arm_pool = encode_arm([p.captions[0] for p in txt_half[:48]])
+    arm_test = encode_arm([p.captions[0] for p in w["corpus"].split("test")])
+    scores, pmap = fit_and_score(w["emb"]["train"][:48], arm_pool, w["emb"]["test"], arm_test,
+                                 seed=1, cfg=aligner)
+    assert (good["seeds"]["1"]["r_at_1"], good["seeds"]["1"]["foscttm"]) == \
+        (scores["r_at_1"], scores["foscttm"])
+    arm_prompts = class_embeddings(encode_arm, [[in100_prompt(n, d)] for n, d in
+                                                zip(cs.names, cs.definitions, strict=True)])
+    assert good["seeds"]["1"]["zeroshot"]["in100"] == zeroshot_scores(
+        pmap, class_img, arm_prompts, cs.labels, k=5)
     zs = [got["seeds"][s]["zeroshot"]["in100"]["top_k"] for s in ("0", "1")]
     assert got["spread"]["in100_top5"]["median"] == float(np.median(zs))
     assert got["spread"]["foscttm"]["n"] == 2
@@ -709,11 +741,6 @@ def test_mean_pooling_equals_sentence_transformers_on_minilm():
     lm = features.load_language_model(minilm_dir())
     ours = metrics.l2_normalize(features.language_features(lm, texts, last_only=True)[0][:, 0])
     np.testing.assert_allclose(ours, peer, atol=1e-5)
-
-
-@functools.cache
-def _registry():
-    return load_registry("harness/audit/claims.yaml")
 
 
 def _bound_verdict(values: dict[str, float], n: int = 1000) -> str:

@@ -68,6 +68,7 @@ class ReferenceConfig:
     stsb: Path | None = None
     flickr: FlickrMap | None = None
     arms: Path | None = None  # the train stage's runs/text: each ARM-sSEED scored on STS-B
+    #                           and, with flickr.pairfree_seeds, in Table 4's setting
     caption_idx: int = 0
     n_rows: int = 1024
     k: int = 10
@@ -190,9 +191,10 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
     flickr = sec.get("flickr")
     if flickr is not None:
         flickr = _flickr(flickr, f"{where}.flickr", path)
-    if sec.get("arms") and not sec.get("stsb"):
-        raise ParamsError(f"{where}.arms: the trained arms are scored on STS-B; set "
-                          f"{SECTION}.stsb to the STS-B test file too")
+    if sec.get("arms") and not sec.get("stsb") and not (flickr and flickr.pairfree_seeds):
+        raise ParamsError(f"{where}.arms: the trained arms are scored on STS-B and on Table "
+                          f"4's pair-free setting; set {SECTION}.stsb to the STS-B test file "
+                          f"or {SECTION}.flickr.pairfree_seeds")
     device = sec.get("device", "cuda")
     if not isinstance(device, str) or not device:
         raise ParamsError(f"{where}.device: expected a torch device name such as cuda or cpu")

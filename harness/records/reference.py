@@ -19,6 +19,7 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                                   {SET: prh.zeroshot.zeroshot_scores}},
                           spread: {r_at_1 | foscttm | SET_topK: seed_spread}, n_pool, n_test,
                           aligner} | {skipped: why}},
+     "pair_free_arms": {ARM: {profile, runs: {SEED: as a pair_free entry | {skipped: why}}}},
      "classes": {SET: {n, n_classes}},
      "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}}}
 

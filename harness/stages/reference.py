@@ -220,6 +220,31 @@ def _pairfree(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any], pf: Pai
             "n_test": len(te_txt), "aligner": asdict(pf.aligner)}
 
 
+def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInputs,
+                   class_img: dict[str, np.ndarray], runs: dict[Path, dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """Table 4's setting for the trained arms beside the public encoders: every ARM-sSEED's own
+    encoder (prh.encode_text) through `_pairfree`, the same captions, pools, aligner and aligner
+    seeds: {arm: {profile, runs: {training seed: _pairfree's block}}}. Arms trained on another
+    profile's captions than the pools' are skipped, saying so."""
+    from harness.config.reference import PAIRFREE_PROFILE
+    from prh.encode_text import load_text_encoder
+
+    out: dict[str, Any] = {}
+    for folder, run in runs.items():
+        block = out.setdefault(run["arm"], {"profile": run["profile"], "runs": {}})
+        if run["profile"] != PAIRFREE_PROFILE:
+            block["runs"][str(run["seed"])] = {
+                "skipped": f"trained on the {run['profile']} profile's captions; the pools are "
+                           f"the {PAIRFREE_PROFILE} profile's"}
+            continue
+        got = _pairfree(cfg, load_text_encoder(folder, cfg.device), flickr, pf, class_img)
+        block["runs"][str(run["seed"])] = got
+        print(f"reference: {folder.name}: pair-free " + (got.get("skipped") or ", ".join(
+            f"{m} median {v['median']:.4f}" for m, v in got["spread"].items())))
+    return out
+
+
 def _flickr(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
     """Table 3's last column for one text encoder: R@1 on the test pairs of a map fitted on
     every train pair and the val pairs (prh.align, ties against the true pair), with its
@@ -405,6 +430,8 @@ def main(argv: list[str]) -> int:
         text, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
                                                              class_img)
         sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
+        pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr \
+            else {}
     except (FeatureError, ContractError) as e:
         return fail(e)
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
@@ -414,7 +441,7 @@ def main(argv: list[str]) -> int:
                         "seed": cfg.seed},
            "text": text_info, "vision": vision_info,
            "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out,
-           "pair_free": pf_out,
+           "pair_free": pf_out, "pair_free_arms": pf_arms,
            "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
                        for n, c in (pf.classes.items() if pf else ())},
            "sts_arms": sts_arms}
