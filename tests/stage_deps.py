@@ -13,7 +13,8 @@ PACKAGES = ("prh", "harness")
 DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
               "harness/audit/rerun_paths.yaml": "harness/audit/paths.py",
               "harness/config/provenance.yaml": "harness/config/provenance.py",
-              "reports/templates": "harness/report/render.py"}
+              "reports/templates": "harness/report/render.py",
+              "prh/in100_wnids.txt": "prh/classsets.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
 # the pipelines: the main one and the evaluation-only one (its stages run from the root)
 DVC_FILES = ("dvc.yaml", "pipelines/wit1024/dvc.yaml")
