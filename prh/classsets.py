@@ -1,7 +1,9 @@
 """The zero-shot class sets, read from the user's copies (nothing is downloaded):
 
 - ImageNet-100 (`read_in100`): the 100 classes of Tian et al. 2020 (CMC), the benchmark's
-  `IN100.txt`, scored on their ImageNet-1k validation images (50 a class, 5,000). The folder
+  `IN100.txt`, scored on their ImageNet-1k validation images: every image found, which is 50 a
+  class (5,000) in a whole copy; `IN100_N` is that count, and the caller says when a copy
+  differs. The folder
   holds `classes.tsv` (one line per class: wnid, class name, WordNet definition, tab-separated)
   and `val/WNID/*` (the validation images sorted into one folder per class, the layout of
   torchvision's ImageFolder and of most ImageNet copies).
@@ -30,6 +32,7 @@ CIFAR = {  # name -> (archive folder, training batches, label key, class-name ke
                 b"labels", b"label_names", "batches.meta"),
     "cifar100": ("cifar-100-python", ("train",), b"fine_labels", b"fine_label_names", "meta")}
 CIFAR_N = 50_000  # training images of either archive
+IN100_N = 5_000  # ImageNet-1k's validation images of the 100 classes, 50 each
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,18 @@ def read_cifar(root: str | Path, name: str) -> ClassSet:
     under `root`. ContractError on a missing or short archive."""
     folder, batches, label_key, names_key, meta = CIFAR[name]
     base = Path(root) / folder
-    names = tuple(n.decode() for n in _unpickle(base / meta)[names_key])
-    data, labels = [], []
-    for b in batches:
-        d = _unpickle(base / b)
-        data.append(np.asarray(d[b"data"], dtype=np.uint8))
-        labels += list(d[label_key])
+    path = base / meta
+    try:
+        names = tuple(n.decode() for n in _unpickle(path)[names_key])
+        data, labels = [], []
+        for b in batches:
+            path = base / b
+            d = _unpickle(path)
+            data.append(np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3 * 32 * 32))
+            labels += [int(v) for v in d[label_key]]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ContractError(f"{path}: not a batch of the official {name} python archive "
+                            f"({type(e).__name__}: {e}); unpack that archive there") from e
     x = np.concatenate(data)
     if x.shape != (CIFAR_N, 3 * 32 * 32) or len(labels) != CIFAR_N:
         raise ContractError(f"{base}: {x.shape[0]} training images of width {x.shape[1]}, "

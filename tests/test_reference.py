@@ -650,11 +650,17 @@ def test_table_4s_setting_refuses_class_images_made_otherwise(parts, tmp_path, c
     assert "test.npz: embedded under another image config than params.yaml's flickr30k.image" \
         in capsys.readouterr().err
     doc = yaml.safe_load(open(w["params"]))
-    doc["wit1024"]["flickr"]["pairfree_seeds"] = []
-    open(w["params"], "w").write(yaml.safe_dump(doc))
-    assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
-    assert "classes: zero-shot scores a pair-free map; set wit1024.flickr.pairfree_seeds" \
-        in capsys.readouterr().err
+    for key, bad, says in (
+            ("pairfree_seeds", [], "classes: zero-shot scores a pair-free map; set "
+                                   "wit1024.flickr.pairfree_seeds"),
+            ("pairfree_seeds", 0, "pairfree_seeds: expected a list of distinct integers"),
+            ("classes", {"in100": ""}, "classes: expected a mapping from"),
+            ("classes", {"in100": 3}, "classes: expected a mapping from")):
+        flickr = {**doc["wit1024"]["flickr"], key: bad}
+        open(w["params"], "w").write(yaml.safe_dump({**doc, "wit1024": {**doc["wit1024"],
+                                                                        "flickr": flickr}}))
+        assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
+        assert says in capsys.readouterr().err, (key, bad)
 
 
 def test_a_same_model_rerun_at_bf16_lands_inside_the_margin_at_wit_scale():
@@ -743,12 +749,15 @@ def test_mean_pooling_equals_sentence_transformers_on_minilm():
     np.testing.assert_allclose(ours, peer, atol=1e-5)
 
 
-def _bound_verdict(values: dict[str, float], n: int = 1000) -> str:
+def _bound_verdict(values: dict[str, float | None], n: int = 1000) -> str:
+    """The rule's verdict on these per-seed R@1 (None: that seed's pool collapsed)."""
     from harness.audit.rules import rule_pairfree_bound
 
     reg = _registry()
     doc = {"pair_free": {"openai/clip-vit-base-patch32": {
-        "seeds": {s: {"r_at_1": v} for s, v in values.items()}, "n_test": n, "n_pool": 14500}}}
+        "seeds": {s: {"r_at_1": v, "status": "ok"} if v is not None else
+                  {"r_at_1": 0.0, "status": "collapsed", "collapsed": "text_pool"}
+                  for s, v in values.items()}, "n_test": n, "n_pool": 14500}}}
     return rule_pairfree_bound(reg.claims["pairfree_clip_r1"],
                                Context(reg.claims, "world", reference=doc)).verdict
 
@@ -756,9 +765,10 @@ def _bound_verdict(values: dict[str, float], n: int = 1000) -> str:
 def test_the_pairfree_bound_rule_by_simulation():
     """"At or below .3%" on 1,000 test photos, 3 aligner seeds drawn as binomial hit counts:
     at chance (.001) the claim is reproduced in at least 95% of draws; far above it (.02) it
-    differs in at least 95%; at the edge of bound + margin (.0085) it is reproduced in at most
-    5% plus the binomial's share (the one-sided 5% test's size, here the simulation's bound
-    .08 at 400 draws); without scores it is not rerun."""
+    differs in at least 95%; at the edge of bound + margin (.0085) it is reproduced, and
+    differs, each in at most 5% plus the binomial's share (the one-sided 5% tests' size, here
+    the simulation's bound .08 at 400 draws); a collapsed seed makes it inconclusive, however
+    low the others; without scores it is not rerun."""
     rng = np.random.default_rng(0)
 
     def rate(p: float, verdict: str, draws: int = 400) -> float:
@@ -769,6 +779,8 @@ def test_the_pairfree_bound_rule_by_simulation():
     assert rate(0.001, "reproduced") >= 0.95
     assert rate(0.02, "differs") >= 0.95
     assert rate(0.0085, "reproduced") <= 0.08
+    assert rate(0.0085, "differs") <= 0.08
+    assert _bound_verdict({"0": 0.0, "1": None, "2": 0.001}) == "inconclusive"
     reg = _registry()
     row = {r["id"]: r for r in audit(reg, Context(reg.claims, "world"))["claims"]}
     assert row["pairfree_mpnet_r1"]["verdict"] == "not rerun"

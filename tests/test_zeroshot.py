@@ -173,3 +173,9 @@ def test_a_short_cifar_archive_is_refused(tmp_path):
         classsets.read_cifar(root, "cifar10")
     with pytest.raises(ContractError, match="cannot read the CIFAR batch"):
         classsets.read_cifar(tmp_path / "nowhere", "cifar100")
+    other = write_cifar(tmp_path / "other", "cifar100", 500)
+    with (other / "cifar-100-python" / "train").open("wb") as f:  # CIFAR-10's label key
+        pickle.dump({b"data": np.zeros((500, 3072), np.uint8), b"labels": [0] * 500}, f)
+    with pytest.raises(ContractError, match=r"cifar-100-python/train: not a batch of the "
+                                            r"official cifar100 python archive \(KeyError"):
+        classsets.read_cifar(other, "cifar100")

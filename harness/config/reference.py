@@ -141,20 +141,21 @@ def _flickr(raw: Any, where: str, path: Path) -> FlickrMap:
         raise ParamsError(f"{where}: expected null or {{dataset: the Karpathy JSON, image: the "
                           f"flickr30k image stage's folder}}, got {raw!r}")
     _unknown(raw, FLICKR_KEYS, f"{SECTION}.flickr: ", path)
-    seeds = raw.get("pairfree_seeds") or []
+    seeds = [] if raw.get("pairfree_seeds") is None else raw["pairfree_seeds"]
     if not isinstance(seeds, list) or len(set(map(str, seeds))) != len(seeds) or any(
             isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
         raise ParamsError(f"{where}.pairfree_seeds: expected a list of distinct integers >= 0 "
                           f"(the aligner's seeds), got {seeds!r}")
-    classes = raw.get("classes") or {}
-    if not isinstance(classes, dict) or set(classes) - set(CLASS_SETS):
+    classes = {} if raw.get("classes") is None else raw["classes"]
+    if not isinstance(classes, dict) or set(classes) - set(CLASS_SETS) or not all(
+            isinstance(v, str) and v.strip() for v in classes.values()):
         raise ParamsError(f"{where}.classes: expected a mapping from {list(CLASS_SETS)} to the "
                           f"folder of each class set, got {classes!r}")
     if classes and not seeds:
         raise ParamsError(f"{where}.classes: zero-shot scores a pair-free map; set "
                           f"{SECTION}.flickr.pairfree_seeds too")
     return FlickrMap(Path(raw["dataset"]), Path(raw["image"]), tuple(seeds),
-                     tuple((c, Path(classes[c])) for c in CLASS_SETS if classes.get(c)))
+                     tuple((c, Path(classes[c])) for c in CLASS_SETS if c in classes))
 
 
 def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
@@ -215,8 +216,11 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     paths = [cfg.data, *(t.path for t in cfg.text), *(v.weights for v in cfg.vision)]
     paths += [cfg.stsb] if cfg.stsb else []
     paths += [cfg.arms] if cfg.arms else []
+    made = []  # outputs of the flickr30k profile's image stage, which no download gives
     if cfg.flickr:
-        paths += [cfg.flickr.dataset, *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS)]
-        if cfg.flickr.pairfree_seeds:
-            paths += [cfg.flickr.image / "pool_images.npz", *(p for _, p in cfg.flickr.classes)]
-    return [str(p) for p in paths if not p.exists()]
+        made = [cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS]
+        paths += [cfg.flickr.dataset, *(p for _, p in cfg.flickr.classes)]
+        made += [cfg.flickr.image / "pool_images.npz"] if cfg.flickr.pairfree_seeds else []
+    return [str(p) for p in paths if not p.exists()] + [
+        f"{p} (made by the image stage of a {PAIRFREE_PROFILE} run: `dvc repro image` "
+        f"with `profile: {PAIRFREE_PROFILE}`)" for p in made if not p.exists()]

@@ -18,7 +18,7 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "pair_free": {NAME: {seeds: {SEED: prh.pairfree.fit_and_score's scores + zeroshot:
                                   {SET: prh.zeroshot.zeroshot_scores}},
                           spread: {r_at_1 | foscttm | SET_topK: seed_spread}, n_pool, n_test,
-                          aligner} | {skipped: why}},
+                          aligner}},
      "pair_free_arms": {ARM: {profile, runs: {SEED: as a pair_free entry | {skipped: why}}}},
      "classes": {SET: {n, n_classes}},
      "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}}}
@@ -89,8 +89,7 @@ def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | No
     if not doc or not model:
         return None
     if claim_metric == PAIRFREE_METRIC:
-        entry = doc.get("pair_free", {}).get(model)
-        return entry if entry and "seeds" in entry else None
+        return doc.get("pair_free", {}).get(model)
     if claim_metric == STS_METRIC:
         return doc.get("sts", {}).get(model)
     if claim_metric == FLICKR_METRIC:

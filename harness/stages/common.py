@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from harness.config.params import Params, load_params
 from prh.io import ContractError
@@ -52,18 +54,18 @@ def fail(err: Exception) -> int:
     return 2
 
 
-def weights_path(params: Params, raw: Path) -> Path:
-    """The DINOv2 weights: `image.weights` when set, else RAW/weights/dinov2_vitb14.pth (the
-    image stage's config validates the value; here it is only a path to look for)."""
-    weights = params.sections["image"].get("weights")
-    return Path(weights or raw / "weights" / "dinov2_vitb14.pth")
+def weights_path(image: Mapping[str, Any], raw: Path) -> Path:
+    """The DINOv2 weights of a profile's `image` section: its `weights` when set, else
+    RAW/weights/dinov2_vitb14.pth (the image stage's config validates the value; here it is
+    only a path to look for)."""
+    return Path(image.get("weights") or raw / "weights" / "dinov2_vitb14.pth")
 
 
 def missing_inputs(params: Params, raw: Path) -> list[str]:
     """Every path the profile needs under `raw` that is not there (the world makes its own)."""
     if params.profile == "world":
         return []
-    needed = [raw / "dataset.json", raw / "images", weights_path(params, raw)]
+    needed = [raw / "dataset.json", raw / "images", weights_path(params.sections["image"], raw)]
     return [str(p) for p in needed if not p.exists()]
 
 

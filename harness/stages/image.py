@@ -42,7 +42,8 @@ def main(argv: list[str]) -> int:
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
         if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
-            model = image.build_dinov2(weights_path(params, args.raw), img_size=cfg.image_size)
+            model = image.build_dinov2(weights_path(params.sections["image"], args.raw),
+                                       img_size=cfg.image_size)
     except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:

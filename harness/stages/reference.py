@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.records.reference import metric_key, pair_key, write_reference
-from harness.stages.common import fail, stage_parser
+from harness.stages.common import fail, stage_parser, weights_path
 from prh.io import ContractError
 
 if TYPE_CHECKING:  # the stage imports torch and scipy only once it runs (`--help` stays fast)
@@ -146,10 +146,11 @@ def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | N
         raise ContractError(f"{cfg.flickr.image / 'test.npz'}: embedded under another image "
                             f"config than params.yaml's {PAIRFREE_PROFILE}.image; rerun its "
                             "image stage so the class images and the pools share an encoder")
-    # the image stage's own rule (harness.stages.common.weights_path), the raw folder being
-    # the Karpathy file's
-    weights = Path((block.get("image") or {}).get("weights")
-                   or cfg.flickr.dataset.parent / "weights" / "dinov2_vitb14.pth")
+    if image.encoder != "dinov2_vitb14":
+        raise ContractError(f"{params_path}: {PAIRFREE_PROFILE}.image.encoder is "
+                            f"{image.encoder!r}; Table 4's setting embeds the class images "
+                            "with the paper's dinov2_vitb14, as the pools were")
+    weights = weights_path(block.get("image") or {}, cfg.flickr.dataset.parent)
     if cfg.flickr.classes and not weights.exists():
         raise ContractError(f"{weights}: the {PAIRFREE_PROFILE} image encoder's weights are "
                             "missing; the class images are embedded with them")
@@ -165,6 +166,7 @@ def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | N
 def _class_images(pf: PairFreeInputs) -> dict[str, np.ndarray]:
     """Each class set's images embedded as the flickr30k image stage embeds its photos."""
     from prh import image
+    from prh.classsets import IN100_N
 
     if not pf.classes:
         return {}
@@ -176,7 +178,9 @@ def _class_images(pf: PairFreeInputs) -> dict[str, np.ndarray]:
                                        mean=pf.image.mean, std=pf.image.std,
                                        batch_size=pf.image.embed_batch_size)
         print(f"reference: {name}: {len(cs.labels)} images of {len(cs.names)} classes embedded "
-              f"in {time.perf_counter() - start:.1f} s")
+              f"in {time.perf_counter() - start:.1f} s" + (
+                  f" (the benchmark scores {IN100_N:,}: a partial copy)"
+                  if name == "in100" and len(cs.labels) != IN100_N else ""))
     del model
     _free()
     return out
@@ -190,27 +194,30 @@ def _prompts(cs: Any) -> list[list[str]]:
     return [[t.format(n) for t in CIFAR_TEMPLATES] for n in cs.names]
 
 
-def _pairfree(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any], pf: PairFreeInputs,
-              class_img: dict[str, np.ndarray]) -> dict[str, Any]:
+def _pairfree(cfg: ReferenceConfig, name: str, encode: Any, flickr: dict[str, Any],
+              pf: PairFreeInputs, class_img: dict[str, np.ndarray]) -> dict[str, Any]:
     """Table 4's setting for one text encoder: per seed, the pair-free map's scores on the test
-    pairs and its zero-shot top-k on each class set; the spread and median over seeds."""
+    pairs and its zero-shot top-k on each class set; the spread and median over seeds. Any
+    width on either side: the map is a Stiefel matrix [image width, text width], as the
+    benchmark's (`prh.pairfree`). A score the inputs cannot give is a ContractError naming the
+    encoder and the seed."""
     from harness.stats.estimators import seed_spread
     from prh.pairfree import fit_and_score
     from prh.zeroshot import TOP_K, class_embeddings, zeroshot_scores
 
     te_txt, te_img = flickr["test"]
     pool_txt, test_txt = encode(pf.pool_captions), encode(te_txt)
-    if pool_txt.shape[1] > pf.pool_img.shape[1]:
-        return {"skipped": f"text width {pool_txt.shape[1]} exceeds the image width "
-                           f"{pf.pool_img.shape[1]}: the map reduces images to the text width"}
-    prompts = {name: class_embeddings(encode, _prompts(cs)) for name, cs in pf.classes.items()}
+    prompts = {cs: class_embeddings(encode, _prompts(c)) for cs, c in pf.classes.items()}
     seeds = {}
     for seed in cfg.flickr.pairfree_seeds:
-        got, pmap = fit_and_score(pf.pool_img, pool_txt, te_img, test_txt, seed=seed,
-                                  cfg=pf.aligner)
-        got["zeroshot"] = {} if pmap is None else {
-            name: zeroshot_scores(pmap, class_img[name], prompts[name], cs.labels, TOP_K[name])
-            for name, cs in pf.classes.items()}
+        try:
+            got, pmap = fit_and_score(pf.pool_img, pool_txt, te_img, test_txt, seed=seed,
+                                      cfg=pf.aligner)
+            got["zeroshot"] = {} if pmap is None else {
+                cs: zeroshot_scores(pmap, class_img[cs], prompts[cs], c.labels, TOP_K[cs])
+                for cs, c in pf.classes.items()}
+        except ValueError as e:
+            raise ContractError(f"{name}: pair-free seed {seed}: {e}") from e
         seeds[str(seed)] = got
     spread = {m: seed_spread({s: r[m] for s, r in seeds.items()}) for m in ("r_at_1", "foscttm")}
     spread.update({f"{name}_top{TOP_K[name]}": seed_spread(
@@ -238,7 +245,8 @@ def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInp
                 "skipped": f"trained on the {run['profile']} profile's captions; the pools are "
                            f"the {PAIRFREE_PROFILE} profile's"}
             continue
-        got = _pairfree(cfg, load_text_encoder(folder, cfg.device), flickr, pf, class_img)
+        got = _pairfree(cfg, folder.name, load_text_encoder(folder, cfg.device), flickr, pf,
+                        class_img)
         block["runs"][str(run["seed"])] = got
         print(f"reference: {folder.name}: pair-free " + (got.get("skipped") or ", ".join(
             f"{m} median {v['median']:.4f}" for m, v in got["spread"].items())))
@@ -299,10 +307,11 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
             print(f"reference: {t.name}: Flickr30k " + (got.get("skipped") or (
                 f"R@1 {got['r_at_1']:.4f} with the {got['n_pairs']}-pair map")))
         if flickr is not None and pf is not None:
-            pf_out[t.name] = got = _pairfree(cfg, last_layer, flickr, pf, class_img or {})
-            print(f"reference: {t.name}: pair-free " + (got.get("skipped") or ", ".join(
+            pf_out[t.name] = got = _pairfree(cfg, t.name, last_layer, flickr, pf,
+                                             class_img or {})
+            print(f"reference: {t.name}: pair-free " + ", ".join(
                 f"{m} median {v['median']:.4f} over {v['n']} seeds"
-                for m, v in got["spread"].items())))
+                for m, v in got["spread"].items()))
         del lm
         _free()
     return feats, infos, sts_out, flickr_out, pf_out
@@ -401,8 +410,9 @@ def main(argv: list[str]) -> int:
         missing = missing_paths(cfg)
         if missing:
             raise ContractError("missing input(s) named in the wit1024 section:\n  "
-                                + "\n  ".join(missing) + "\nDownload them once (README, "
-                                "\"Public encoders on WIT-1024\") and run again")
+                                + "\n  ".join(missing) + "\nDownload the data and models "
+                                "once (README, \"Public encoders on WIT-1024\"), make what a "
+                                "stage makes, and run again")
         if cfg.device.startswith("cuda"):
             import torch
             if not torch.cuda.is_available():
