@@ -220,9 +220,9 @@ def _pairfree(cfg: ReferenceConfig, name: str, encode: Any, flickr: dict[str, An
             raise ContractError(f"{name}: pair-free seed {seed}: {e}") from e
         seeds[str(seed)] = got
     spread = {m: seed_spread({s: r[m] for s, r in seeds.items()}) for m in ("r_at_1", "foscttm")}
-    spread.update({f"{name}_top{TOP_K[name]}": seed_spread(
-        {s: r["zeroshot"].get(name, {}).get("top_k", 0.0) for s, r in seeds.items()})
-        for name in pf.classes})
+    spread.update({f"{cs}_top{TOP_K[cs]}": seed_spread(
+        {s: r["zeroshot"].get(cs, {}).get("top_k", 0.0) for s, r in seeds.items()})
+        for cs in pf.classes})
     return {"seeds": seeds, "spread": spread, "n_pool": len(pf.pool_captions),
             "n_test": len(te_txt), "aligner": asdict(pf.aligner)}
 
@@ -248,8 +248,8 @@ def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInp
         got = _pairfree(cfg, folder.name, load_text_encoder(folder, cfg.device), flickr, pf,
                         class_img)
         block["runs"][str(run["seed"])] = got
-        print(f"reference: {folder.name}: pair-free " + (got.get("skipped") or ", ".join(
-            f"{m} median {v['median']:.4f}" for m, v in got["spread"].items())))
+        print(f"reference: {folder.name}: pair-free " + ", ".join(
+            f"{m} median {v['median']:.4f}" for m, v in got["spread"].items()))
     return out
 
 
