@@ -5,6 +5,10 @@
   [{"raw", "tokens", "sentid", "imgid"}], "sentids"}]}`. Split "restval" is training data
   (Karpathy's convention for the COCO val images moved into training).
 
+A record may carry texts from other sources beside its captions (the Karpathy `sentences`,
+source "people"): `"texts": {SOURCE: [str, ...]}`, e.g. the world's "captioner" texts
+(prh.world). `load_karpathy(..., source=...)` gives a photo the texts of one source.
+
 Which captions a sample's views read, the one line that separates the good and bad arms, is
 `prh.views.choose_captions`.
 """
@@ -93,6 +97,25 @@ def _captions(image: Mapping[str, Any], imgid: int, where: str) -> tuple[str, ..
     return tuple(captions)
 
 
+PEOPLE = "people"  # the source of the Karpathy `sentences`
+
+
+def _source_texts(image: Mapping[str, Any], source: str, where: str) -> tuple[str, ...]:
+    """record["texts"][source]: a non-empty list of non-empty strings."""
+    texts = image.get("texts", {})
+    if not isinstance(texts, Mapping) or source not in texts:
+        raise DataError(f"{where}: no {source!r} texts (field 'texts.{source}'); the world "
+                        "writes its captioner texts there (`dvc repro world` regenerates an older "
+                        "file), a published caption file has only its captions: train on "
+                        f"source {PEOPLE!r}")
+    value = texts[source]
+    if not isinstance(value, list) or not value or not all(
+            isinstance(t, str) and t.strip() for t in value):
+        raise DataError(f"{where}: field 'texts.{source}' must be a non-empty list of non-empty "
+                        f"strings, got {value!r:.80}; {REGENERATE}")
+    return tuple(t.strip() for t in value)
+
+
 def check_file_name(name: str, where: str) -> str:
     """`name` as a photo's file name: a relative path inside the image folder. Empty names,
     absolute paths and `..` segments are refused with the record (`where`), so no stage opens
@@ -109,7 +132,7 @@ def check_file_name(name: str, where: str) -> str:
     return name
 
 
-def _photo(image: Any, index: int, path: Path, min_captions: int) -> Photo:
+def _photo(image: Any, index: int, path: Path, min_captions: int, source: str) -> Photo:
     if not isinstance(image, Mapping):
         raise DataError(f"{path}: images[{index}] is {type(image).__name__}, expected an "
                         f"object; {REGENERATE}")
@@ -122,14 +145,18 @@ def _photo(image: Any, index: int, path: Path, min_captions: int) -> Photo:
         raise DataError(f"{where}: unknown split {split!r}, expected one of {list(SPLITS)}; "
                         f"{REGENERATE}")
     captions = _captions(image, imgid, where)
+    if source != PEOPLE:
+        captions = _source_texts(image, source, where)
     if len(captions) < min_captions:
         raise DataError(f"{where}: {len(captions)} captions, fewer than min_captions="
                         f"{min_captions}; drop the photo or lower min_captions")
     return Photo(id=str(imgid), filename=filename, split=split, captions=captions)
 
 
-def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
-    """Read a Karpathy-split JSON file (Flickr30k, COCO or world) and validate every record.
+def load_karpathy(path: str | Path, *, min_captions: int = 1,
+                  source: str = PEOPLE) -> CaptionCorpus:
+    """Read a Karpathy-split JSON file (Flickr30k, COCO or world) and validate every record;
+    each photo's captions are those of `source` (the module docstring).
 
     Raises DataError naming the file and the record (index and imgid) for a missing file, text
     that is not JSON, a missing or mistyped field, an empty caption, a photo with fewer than
@@ -153,7 +180,7 @@ def load_karpathy(path: str | Path, *, min_captions: int = 1) -> CaptionCorpus:
     images = _field(doc, "images", list, f"{path}: top level")
     photos, seen, files, sentids = [], {}, {}, {}
     for i, image in enumerate(images):
-        photo = _photo(image, i, path, min_captions)
+        photo = _photo(image, i, path, min_captions, source)
         if photo.id in seen:
             raise DataError(f"{path}: images[{i}] (imgid {photo.id}) duplicates the imgid of "
                             f"images[{seen[photo.id]}]; give every photo a unique imgid")

@@ -19,7 +19,16 @@ nuisance) at a size that trains on two CPU cores:
   a uniform draw. At 0 every factor is independent and uniform, so no caption word predicts
   another content word and a next-token objective has no content to learn, only wording.
 
-The output is the Karpathy-split JSON that Flickr30k uses, plus PNG files, so both data sets
+Two text sources, as Table 7 of the paper sets people's alt-text against one captioner's
+recaptions (the audit article, "Where Good Views Come From: Removing the Captioner"):
+- "people", the published captions: each caption's wording style drawn independently;
+- "captioner": the same number of texts per photo in one wording style drawn once per scene
+  and shared by all of them (one captioner, one prompt), so good views cut from different
+  texts share the wording as bad views cut from one caption do. They come from their own
+  random stream, so the people captions and the images are the same with or without them.
+
+The output is the Karpathy-split JSON that Flickr30k uses (the captioner's texts in each
+record's `texts.captioner`, which Karpathy's readers ignore), plus PNG files, so both data sets
 go through the same reader and the same stages. Knobs are the paper's quantities and are never
 tuned to make an arm win; every default here is assumed by us.
 """
@@ -36,6 +45,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from prh.config import dataclass_from_dict
+from prh.data import PEOPLE
 
 OBJECTS = [("dog", "puppy", "hound"), ("cat", "kitten", "feline"), ("ball", "sphere", "orb"),
            ("car", "automobile", "vehicle"), ("tree", "sapling", "oak"),
@@ -64,6 +74,7 @@ TEMPLATES = ["{count} {ca} {oa} {rel} a {cb} {ob}",
 VOICE_WORDS = ["honestly", "basically", "clearly", "quite", "really", "truly", "simply", "nicely",
                "kind", "sort", "rather", "totally", "surely", "plainly", "oddly", "sweetly",
                "calmly", "boldly", "gently", "merely", "frankly", "lovely", "neat", "wow"]
+TEXT_SOURCES = (PEOPLE, "captioner")  # the Karpathy sentences; record["texts"]["captioner"]
 SHAPES = ["circle", "square", "triangle", "diamond", "cross", "ring", "hbar", "vbar", "plus",
           "tri_down", "dot", "frame"]
 
@@ -168,6 +179,30 @@ def render_caption(scene: dict[str, int], style: dict[str, int], cfg: WorldConfi
     return " ".join(words)
 
 
+def captioner_texts(scene: dict[str, int], cfg: WorldConfig,
+                    rng: np.random.Generator) -> tuple[dict[str, int], list[str]]:
+    """The "captioner" source for one scene: one style drawn for the scene, then
+    `captions_per_photo` texts in it (only the filler words' places and picks differ)."""
+    style = sample_style(cfg, rng)
+    return style, [render_caption(scene, style, cfg, rng) for _ in range(cfg.captions_per_photo)]
+
+
+def voice_sharing(source: str, good_views: bool, cfg: WorldConfig) -> float:
+    """P(two views of one sample carry the same voice), the nuisance Prop. 3 is about.
+
+    Bad views read one text, so always 1. Good views draw each view's text uniformly with
+    replacement among m texts (`prh.views.choose_captions`): the same text with probability
+    1/m; two "people" texts share a voice with probability 1/n_voices, two "captioner" texts
+    always (one style per scene).
+    """
+    if source not in TEXT_SOURCES:
+        raise ValueError(f"source {source!r}: the world's text sources are {list(TEXT_SOURCES)}")
+    if not good_views or source != PEOPLE:
+        return 1.0
+    m = cfg.captions_per_photo
+    return 1 / m + (1 - 1 / m) / cfg.n_voices
+
+
 def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float,
                 fill: tuple[int, int, int]) -> None:
     box = [cx - r, cy - r, cx + r, cy + r]
@@ -236,6 +271,7 @@ def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
     """Write `dataset.json` (Karpathy format), `images/*.png` and `world.json` into `out_dir`
     (callers make it atomic: `prh.io.atomic_dir`). Returns split counts."""
     rng = np.random.default_rng(cfg.seed)
+    captioner_rng = np.random.default_rng([cfg.seed, 1])  # its own stream (module docstring)
     splits = ["train"] * cfg.n_train + ["val"] * cfg.n_fit + ["test"] * cfg.n_test
     images, states = [], {}
     tmp = Path(out_dir)
@@ -252,9 +288,12 @@ def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
             sentid += 1
         filename = f"{imgid:06d}.png"
         render_image(scene, cfg, rng).save(tmp / "images" / filename, optimize=False)
+        captioner_style, recaptions = captioner_texts(scene, cfg, captioner_rng)
         images.append({"imgid": imgid, "filename": filename, "split": split,
-                       "sentences": sentences, "sentids": [s["sentid"] for s in sentences]})
-        states[str(imgid)] = {"scene": scene, "styles": styles}
+                       "sentences": sentences, "sentids": [s["sentid"] for s in sentences],
+                       "texts": {"captioner": recaptions}})
+        states[str(imgid)] = {"scene": scene, "styles": styles,
+                              "captioner_style": captioner_style}
     dataset = {"dataset": "world", "images": images}
     (tmp / "dataset.json").write_text(json.dumps(dataset, indent=1) + "\n", encoding="utf-8")
     world = {"config": dataclasses.asdict(cfg), "factors": {

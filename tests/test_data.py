@@ -86,6 +86,26 @@ def test_bad_records_name_the_file_and_the_record(tmp_path, case):
     assert isinstance(err.value, ContractError)
 
 
+def test_a_source_gives_each_photo_that_sources_texts_and_a_missing_one_names_the_record(
+        tmp_path):
+    doc = karpathy_doc()
+    for image in doc["images"]:
+        image["texts"] = {"captioner": [f"recap {image['imgid']} a", f"recap {image['imgid']} b"]}
+    path = write(tmp_path, doc)
+    corpus = load_karpathy(path, source="captioner")
+    assert corpus.photos[1].captions == ("recap 11 a", "recap 11 b")
+    assert load_karpathy(path).photos[1].captions[0] == "photo 11 caption 0 ."  # people
+    with pytest.raises(DataError, match=r"images\[0\] \(imgid 10\): no 'alt' texts .*"
+                                        r"texts\.alt.*source 'people'"):
+        load_karpathy(path, source="alt")
+    doc["images"][2]["texts"]["captioner"] = ["fine", ""]
+    with pytest.raises(DataError, match=r"imgid 12\): field 'texts.captioner' must be a "
+                                        r"non-empty list of non-empty strings"):
+        load_karpathy(write(tmp_path, doc), source="captioner")
+    del doc["images"][2]["texts"]
+    assert load_karpathy(write(tmp_path, doc)).photos[2].captions[0] == "photo 12 caption 0 ."
+
+
 def test_missing_file_and_not_json(tmp_path):
     with pytest.raises(DataError, match="file not found"):
         load_karpathy(tmp_path / "nope.json")

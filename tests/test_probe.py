@@ -73,3 +73,36 @@ def test_probe_stage_sweeps_lambda_and_repeats_a_seed_bit_identically(tmp_path):
     assert (det["arm"], det["lamb"], det["device"]) == ("good", 0.02, "cpu")
     assert det["bit_identical"] and set(det["max_abs_diff"].values()) == {0.0}
     assert {"weights", "embeddings", "final.r_at_1", "curve.loss"} <= set(det["max_abs_diff"])
+
+
+def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
+    """Table 7's design on the world: good and bad views on people's and on one captioner's
+    texts, all scored on the people captions; each source's gap and the gaps' difference come
+    with paired intervals over the test pairs, and people's pair is the lambda sweep's."""
+    repo = copy_code(tmp_path / "repo")
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
+    raw["world"]["probe"].update(arms=["good", "bad"], epochs=1, lambdas=[0.02],
+                                 text_sources=["people", "captioner"])
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    build_upstream(commit_all(repo, "tiny"))
+    sh(repo, "harness", "probe", "--params", "params.yaml", "--dataset",
+       "data/world/raw/dataset.json", "--prepared", "data/world/prepared", "--image",
+       "runs/image", "--out", "runs/probe.json")
+    out = json.loads((repo / "runs/probe.json").read_text())
+    ts = out["text_sources"]
+    assert ts["sources"] == ["people", "captioner"] and ts["lamb"] == {"good": 0.02, "bad": 0.02}
+    rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
+    sweep = {r["arm"]: r for r in out["lambda_sweep"]}
+    for arm in ("good", "bad"):
+        assert rows["people", arm]["r_at_1"] == sweep[arm]["r_at_1"]  # the same training
+    gaps = {(g["metric"], g["source"]): g for g in ts["gaps"]}
+    assert set(gaps) == {(m, s) for m in ("r_at_1", "mknn10")
+                         for s in ("people", "captioner", "people - captioner")}
+    for source in ("people", "captioner"):
+        assert gaps["r_at_1", source]["value"] == pytest.approx(
+            rows[source, "good"]["r_at_1"] - rows[source, "bad"]["r_at_1"], abs=1e-12)
+    both = gaps["r_at_1", "people - captioner"]
+    assert both["value"] == pytest.approx(gaps["r_at_1", "people"]["value"]
+                                          - gaps["r_at_1", "captioner"]["value"], abs=1e-12)
+    assert both["ci"][0] <= both["value"] <= both["ci"][1] and both["n"] == 40
+    assert both["ci_method"] == "paired percentile bootstrap over test pairs"

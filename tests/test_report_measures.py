@@ -93,7 +93,29 @@ def probe(diffs: dict[str, float]) -> dict:
             "main_epochs": 20, "lambda_sweep": sweep,
             "determinism": {"arm": "good", "seed": 0, "lamb": 0.02, "epochs": 5, "device": "cpu",
                             "torch": "2.14.1", "max_abs_diff": diffs,
-                            "bit_identical": max(diffs.values()) == 0.0}}
+                            "bit_identical": max(diffs.values()) == 0.0},
+            "text_sources": text_sources()}
+
+
+def gap(source: str, value: float, ci: tuple[float, float], metric: str = "r_at_1") -> dict:
+    return {"metric": metric, "source": source, "value": value, "ci": list(ci), "n": 40,
+            "ci_level": 0.95, "ci_method": "paired percentile bootstrap over test pairs"}
+
+
+def text_sources() -> dict:
+    """The probe's Table 7 block: people's good views .30 against bad .10 (40 test pairs); on
+    the captioner's texts good scores 1 hit of 40 (.025, chance) and bad none."""
+    r1 = {("people", "good"): 0.3, ("people", "bad"): 0.1, ("captioner", "good"): 0.025,
+          ("captioner", "bad"): 0.0}
+    return {"sources": ["people", "captioner"], "seed": 0, "epochs": 5,
+            "lamb": {"good": 0.02, "bad": 0.02},
+            "rows": [{"source": s, "arm": a, "r_at_1": v, "r_at_5": 0.5, "mknn10": 0.2,
+                      "chance_r_at_1": 0.025} for (s, a), v in r1.items()],
+            "gaps": [gap("people", 0.2, (0.1, 0.3)), gap("captioner", 0.025, (0.0, 0.075)),
+                     gap("people - captioner", 0.175, (0.05, 0.3)),
+                     gap("people", 0.05, (-0.01, 0.1), "mknn10"),
+                     gap("captioner", 0.0, (-0.05, 0.05), "mknn10"),
+                     gap("people - captioner", 0.05, (-0.02, 0.12), "mknn10")]}
 
 
 def paths(root: Path, probe_file: Path | None = None, params: Path | None = None) -> ReportPaths:
@@ -209,6 +231,7 @@ def test_missing_probe_and_pair_free_say_not_run(tmp_path: Path) -> None:
     html = render(build_context(paths(FIX)))
     cells = cells_of(html)
     assert cells["determinism.verdict"] == "not run: no probe file given (--probe)"
+    assert cells["text_sources.verdict"] == "not run: no probe file given (--probe)"
     assert cells["pair_free.status"].startswith("not run")
     assert cells["calibrated.status"].startswith("not run")
     assert cells["pair_free.good.r_at_1"] == "not run"
@@ -219,6 +242,29 @@ def test_missing_probe_and_pair_free_say_not_run(tmp_path: Path) -> None:
     ctx = build_context(paths(FIX, tmp_path / "absent.json"))
     assert ctx["sections"]["determinism"]["absent"]["reason"] == "file not found"
     assert "stage probe (`dvc repro probe`)" in render(ctx)
+
+
+def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
+        measured: tuple[Path, str]) -> None:
+    ctx = build_context(paths(measured[0], measured[0] / "probe.json", ROOT / "params.yaml"))
+    cells = cells_of(render(ctx))
+    assert cells["text_sources.people.gap.r_at_1"] == "0.200"
+    assert cells["text_sources.people.result"] == "interval above 0"
+    # 1 hit of 40 at chance 1/40: P(X >= 1) = 1 - .975^40 = .64, not above chance
+    assert cells["text_sources.captioner.result"] == "both arms at chance: not read"
+    assert cells["text_sources.difference.r_at_1"] == "0.175"
+    assert cells["text_sources.difference.result"] == "interval above 0"
+    rows = {r["source"]: r for r in ctx["sections"]["text_sources"]["rows"]}
+    # params.yaml's world: 5 captions, 8 voices: 1/5 + (4/5)(1/8) = .3 for good people views
+    assert rows["people"]["sharing"] == pytest.approx((0.3, 1.0))
+    assert rows["captioner"]["sharing"] == (1.0, 1.0)
+    assert rows["people"]["predicted"] == "above 0"
+    assert rows["captioner"]["predicted"].startswith("0 ")
+    assert ctx["sections"]["text_sources"]["differences"][0]["predicted"] == "above 0"
+    assert "two recaptions only (one captioner, one prompt): good 0.096, bad 0.092, ratio " \
+           "1.04" in render(ctx)
+    no_params = build_context(paths(measured[0], measured[0] / "probe.json"))
+    assert not no_params["sections"]["text_sources"]["world"]  # no prediction without params
 
 
 def test_world_settings_come_from_params(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prh.io import atomic_dir
+from prh.data import load_karpathy
+from prh.views import choose_captions
 from prh.world import (
     COLOURS,
     OBJECTS,
@@ -21,6 +23,7 @@ from prh.world import (
     sample_style,
     typical_colour,
     typical_companion,
+    voice_sharing,
     write_world,
 )
 
@@ -122,3 +125,60 @@ def test_interrupted_generation_leaves_no_output(tmp_path):
 def test_bad_world_config_names_the_key(key, value, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):
         WorldConfig.from_dict({key: value}, where="params.yaml world.data.world")
+
+
+def test_the_captioner_writes_every_text_of_a_scene_in_one_wording(tmp_path):
+    out = make(tmp_path)
+    states = json.loads((out / "world.json").read_text())["states"]
+    corpus = load_karpathy(out / "dataset.json", source="captioner")
+    for photo in corpus.photos:
+        state = states[photo.id]
+        style = state["captioner_style"]
+        assert len(photo.captions) == SMALL.captions_per_photo
+        # without the voice's filler words every text is the scene in the one style's words
+        voice = set(VOICE_WORDS[3 * style["voice"]: 3 * style["voice"] + 3])
+        bare = {" ".join(w for w in t.split() if w not in voice) for t in photo.captions}
+        plain = render_caption(state["scene"], style, WorldConfig(style_strength=0), None)
+        assert bare == {plain}
+
+
+def test_the_captioner_has_its_own_stream_so_people_and_images_stay_the_same(
+        tmp_path, monkeypatch):
+    """The captioner's draws leave the people captions and the images byte for byte alone."""
+    import prh.world
+
+    first = make(tmp_path / "a")
+
+    def other_draws(scene, cfg, rng):
+        rng.random(1000)
+        return {}, ["x"]
+
+    monkeypatch.setattr(prh.world, "captioner_texts", other_draws)
+    second = make(tmp_path / "b")
+    images = [json.loads((d / "dataset.json").read_text())["images"] for d in (first, second)]
+    assert [i["sentences"] for i in images[0]] == [i["sentences"] for i in images[1]]
+    assert [i["texts"] for i in images[0]] != [i["texts"] for i in images[1]]
+    for name in ("000000.png", "000019.png"):
+        assert (first / "images" / name).read_bytes() == (second / "images" / name).read_bytes()
+
+
+@pytest.mark.parametrize("source", ["people", "captioner"])
+def test_voice_sharing_is_the_rate_two_good_views_share_a_voice(tmp_path, source):
+    """Simulated with the arms' own caption draw (prh.views.choose_captions) on a written world:
+    the share of view pairs whose two texts carry one voice, against the closed form."""
+    cfg = WorldConfig(n_train=400, n_fit=4, n_test=4, captions_per_photo=3, n_voices=4)
+    out = make(tmp_path, cfg)
+    states = json.loads((out / "world.json").read_text())["states"]
+    photos = load_karpathy(out / "dataset.json", source=source).split("train")
+    voices = np.array([[states[p.id]["styles"][j]["voice"] if source == "people"
+                        else states[p.id]["captioner_style"]["voice"] for j in range(3)]
+                       for p in photos]).ravel()
+    first = np.arange(len(photos)) * 3
+    rows = choose_captions(first, np.full(len(photos), 3), 400, True, np.random.default_rng(0))
+    shared = (voices[rows[0::2]] == voices[rows[1::2]]).mean()  # 200 pairs x 400 samples
+    expect = voice_sharing(source, True, cfg)
+    assert expect == (1.0 if source == "captioner" else 1 / 3 + (2 / 3) / 4)
+    # the 80,000 pairs are not independent (400 samples): the rate's sd is at most the spread
+    # of 400 per-sample rates, sqrt(.25 / 400) = .025; 4 sd of it
+    assert shared == pytest.approx(expect, abs=0.1)
+    assert voice_sharing(source, False, cfg) == 1.0

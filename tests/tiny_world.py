@@ -27,7 +27,8 @@ def tiny_params(raw: dict, epochs: int = 2) -> dict:
     w["train"]["model"].update(hidden=32, layers=1, heads=2, intermediate=64)
     w["eval"].update(n_resamples=300, fit_sizes=[10, 20, 40], pairfree_pool=50,
                   pairfree={**w["eval"]["pairfree"], "restarts": 5})
-    w["probe"].update(arms=["good"], epochs=1, lambdas=[0.02])  # two one-epoch trainings
+    w["probe"].update(arms=["good"], epochs=1, lambdas=[0.02],  # two one-epoch trainings
+                      text_sources=[])
     w["theory"].update(n_worlds=2, n_points=20, bound_worlds=4)
     return raw
 

@@ -82,6 +82,7 @@ class ProbeConfig:
     seed: int = 0
     epochs: int = 5
     lambdas: tuple[float, ...] = (0.005, 0.02, 0.08)
+    text_sources: tuple[str, ...] = ()  # good and bad trained on each (Table 7's design)
 
     def validate(self) -> None:
         if self.epochs < 1:
@@ -92,6 +93,14 @@ class ProbeConfig:
             raise ValueError(f"arms = {list(self.arms)}: use arms from {list(ARMS)}")
         if not self.lambdas or min(self.lambdas) < 0:
             raise ValueError(f"lambdas = {list(self.lambdas)}: give one or more weights >= 0")
+        if len(set(self.text_sources)) != len(self.text_sources) or not all(
+                isinstance(s, str) and s for s in self.text_sources):
+            raise ValueError(f"text_sources = {list(self.text_sources)}: distinct source names "
+                             "(e.g. [people, captioner]), or [] for off")
+        if self.text_sources and not {"good", "bad"} <= set(self.arms):
+            raise ValueError(f"text_sources = {list(self.text_sources)} sets good views against "
+                             f"bad views on each source: put good and bad in arms "
+                             f"(now {list(self.arms)}), or set text_sources: []")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The report's measurement sections, beside those of harness.report: alignment calibrated
 against a permutation null, five captions per photo and the size of the candidate pool,
-alignment without pairs, determinism and what shakes each headline number, and the generated
-world's settings. Each builder takes finished inputs (results.json, the run files, the probe
-stage's JSON, params.yaml, the claims registry as `harness.report.context.registry_setups` gives it)
-and returns numbers and figures; the templates only lay them out.
+alignment without pairs, determinism and what shakes each headline number, who wrote the
+training texts (Table 7's design), and the generated world's settings. Each builder takes
+finished inputs (results.json, the run files, the probe stage's JSON, params.yaml, the claims
+registry as `harness.report.context.registry_setups` gives it) and returns numbers and
+figures; the templates only lay them out.
 
 A number measured here is about this run's data: the paper's values appear only as labelled
 context with the data set they were measured on, never as a target a world-profile number
@@ -290,6 +291,87 @@ def section_world(params: Any, profile: str | None) -> dict:
             "image": {"flip": image.flip, "jitter": image.jitter}}
 
 
+# Table 7's matched pairs (good against bad views on identical texts): the paper's WIT
+# mutual 10-NN on Recap-DataComp, context only (the registry's values and printed forms)
+TABLE7_PAIRS = (("alt-text and two recaptions (people and a captioner)", "t7_all_good",
+                 "t7_all_bad", "t7_all_ratio"),
+                ("two recaptions only (one captioner, one prompt)", "t7_recap_good",
+                 "t7_recap_bad", "t7_recap_ratio"))
+
+
+def above_chance(r_at_1: float, chance: float, level: float = 0.05) -> bool:
+    """Whether R@1 over n = 1 / chance test pairs is above chance by an exact one-sided
+    binomial test at `level` (an arm at chance is evidence of nothing)."""
+    from scipy.stats import binom
+
+    n = round(1 / chance)
+    hits = round(r_at_1 * n)
+    return bool(binom.sf(hits - 1, n, chance) < level)
+
+
+def interval_reading(gap: Mapping) -> str:
+    """Where a gap's interval lies against 0."""
+    lo, hi = gap["ci"]
+    return "above 0" if lo > 0 else "below 0" if hi < 0 else "holds 0"
+
+
+def section_text_sources(probe: Mapping | None, params: Any, profile: str | None,
+                         registry: Mapping[str, Mapping]) -> dict:
+    """Table 7's design (harness.stages.probe, `probe.text_sources`): good and bad views on each
+    source's texts, each source's good-view gap and the gaps' difference with their intervals
+    over the test pairs. On the world, Prop. 3's prediction beside them: how often two views of a
+    sample share the caption's voice (prh.world.voice_sharing), the nuisance a bad view spends
+    directions on; the gap is predicted where good views share it less than bad views do."""
+    ts = (probe or {}).get("text_sources")
+    if not ts:
+        why = (probe or {}).get("skipped") or ("probe.text_sources is [] in params.yaml" if probe
+                                              else "no probe file given (--probe)")
+        return {"not_run": why}
+    world = None
+    if profile == "world" and params is not None:
+        from prh.world import WorldConfig
+
+        try:
+            world = params.config(WorldConfig, "data", "world")
+        except ContractError:
+            world = None
+    from prh.world import TEXT_SOURCES, voice_sharing
+
+    rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
+    gaps = {(g["metric"], g["source"]): g for g in ts["gaps"]}
+    mknn = next(m for m, _ in gaps if m != "r_at_1")
+    out_rows = []
+    for source in ts["sources"]:
+        good, bad = rows[source, "good"], rows[source, "bad"]
+        live = [arm for arm in ("good", "bad")
+                if above_chance(rows[source, arm]["r_at_1"], rows[source, arm]["chance_r_at_1"])]
+        share = (voice_sharing(source, True, world), voice_sharing(source, False, world)) \
+            if world is not None and source in TEXT_SOURCES else None
+        out_rows.append({
+            "source": source, "good": good, "bad": bad, "gap_r1": gaps["r_at_1", source],
+            "gap_mknn": gaps[mknn, source], "reading": interval_reading(gaps["r_at_1", source]),
+            "live": live, "sharing": share,
+            "predicted": None if share is None else
+            ("above 0" if share[0] < share[1] else "0 (views share the wording as bad views do)")})
+    differences = []
+    for g in ts["gaps"]:
+        if " - " not in g["source"] or g["metric"] != "r_at_1":
+            continue
+        a, b = g["source"].split(" - ")
+        sa, sb = (next(r["sharing"] for r in out_rows if r["source"] == s) for s in (a, b))
+        predicted = None if sa is None or sb is None else (
+            "above 0" if sa[0] < sb[0] else "below 0" if sa[0] > sb[0] else "0")
+        differences.append({"a": a, "b": b, "r1": g, "mknn": gaps[mknn, g["source"]],
+                            "reading": interval_reading(g), "predicted": predicted})
+    paper = [{"label": label, **{k: registry[cid]["printed"] for k, cid in
+                                 (("good", good), ("bad", bad), ("ratio", ratio))}}
+             for label, good, bad, ratio in TABLE7_PAIRS
+             if all(c in registry for c in (good, bad, ratio))]
+    return {"not_run": None, "rows": out_rows, "differences": differences, "mknn": mknn,
+            "seed": ts["seed"], "epochs": ts["epochs"], "lamb": ts["lamb"],
+            "main_epochs": probe.get("main_epochs"), "world": world is not None, "paper": paper}
+
+
 def sections(results: Mapping | None, runs: Sequence[Mapping], probe: Mapping | None,
              params: Any, *, profile: str | None, registry: Mapping[str, Mapping],
              clean: Sequence[Mapping] | None, missing: Mapping[str, Mapping | None]) -> dict:
@@ -301,6 +383,8 @@ def sections(results: Mapping | None, runs: Sequence[Mapping], probe: Mapping | 
                         ("shakes", lambda r: section_shakes(r, runs, probe, clean, registry))):
         out[name] = {"absent": missing["results"], **(build(results) if results else {})}
     out["determinism"] = {"absent": missing["probe"], **section_determinism(probe)}
+    out["text_sources"] = {"absent": missing["probe"],
+                           **section_text_sources(probe, params, profile, registry)}
     world = section_world(params, profile)
     out["world"] = {"absent": missing["params"] if world["shown"] else None, **world}
     return out

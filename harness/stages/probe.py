@@ -7,7 +7,12 @@ so the main job keeps its budget; the report says so beside every panel):
 - determinism: the first arm at the configured `train.lamb` trained twice with the same seed
   in two fresh folders; the largest absolute difference of every per-epoch metric, every
   final score, the embeddings and the weights. On CPU bit-identical (0.0) is expected; a GPU
-  run records its own figure (cuDNN and atomics may differ run to run).
+  run records its own figure (cuDNN and atomics may differ run to run);
+- text sources (Table 7's design: who wrote the texts the views are cut from): good and bad
+  views trained at `train.lamb` on the texts of each `probe.text_sources` source, all scored
+  on the people captions of the fit and test pairs, so only the training texts differ; the
+  good-view gap (good - bad) of each source and the difference of two sources' gaps, with
+  paired bootstrap intervals over the test pairs (one seed: they do not resample training).
 """
 
 from __future__ import annotations
@@ -72,8 +77,35 @@ def train_and_score(cfg: Any, photos: dict[str, list], tokenizer: Any, image: di
     scores = score_alignment(image["val"], emb["val"], image["test"], emb["test"], k=k,
                              seed=cfg.seed)
     net = read_checkpoint(work / "checkpoint.pt")["net"]
-    return {"scores": scores.metrics, "curve": read_json(work / "curve.json"), "emb": emb,
+    return {"scores": scores.metrics, "per_query": scores.per_query,
+            "curve": read_json(work / "curve.json"), "emb": emb,
             "weights": {name: t.float().numpy() for name, t in net.items()}}
+
+
+def source_gaps(runs: dict[tuple[str, str], dict[str, Any]], sources: tuple[str, ...],
+                metrics: dict[str, str], ev: Any) -> list[dict[str, Any]]:
+    """Per metric (name: its per-query key in prh.align.AlignmentScores): each source's
+    good-view gap (good - bad on the same test pairs) and, for the first source against each
+    other one, the difference of the two gaps, with paired bootstrap intervals over the test
+    pairs (harness.stats.estimators.paired_bootstrap_diff)."""
+    from harness.stats.estimators import paired_bootstrap_diff
+
+    def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        mean, ci = paired_bootstrap_diff(a, b, level=ev.ci_level, n_resamples=ev.n_resamples,
+                                         seed=ev.bootstrap_seed)
+        return {"value": mean, **ci.to_dict()}
+
+    out = []
+    for metric, key in metrics.items():
+        per = {s: (runs[s, "good"]["per_query"][key], runs[s, "bad"]["per_query"][key])
+               for s in sources}
+        gaps = [{"metric": metric, "source": s, **paired(*per[s])} for s in sources]
+        base = sources[0]
+        gaps += [{"metric": metric, "source": f"{base} - {s}",
+                  **paired(per[base][0] - per[base][1], per[s][0] - per[s][1])}
+                 for s in sources[1:]]
+        out.extend(gaps)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -87,7 +119,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="probe results, JSON")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness probe --help` answers at once
-    from prh.data import load_karpathy
+    from prh.data import PEOPLE, load_karpathy
     from prh.io import check_same_ids, load_embeddings
     from prh.tokenizer import Tokenizer
     from prh.train_config import TrainConfig
@@ -106,6 +138,8 @@ def main(argv: list[str]) -> int:
                            str(args.image / f"{split}.npz"), f"{args.dataset} {split} split")
         configs = {arm: params.config(TrainConfig, "train", arm=arm, seed=probe.seed)
                    for arm in probe.arms}
+        texts = {s: load_karpathy(args.dataset, min_captions=1, source=s).split("train")
+                 for s in probe.text_sources}  # a source missing from the file stops here
     except ContractError as e:
         return fail(e)
     if not probe.arms:
@@ -133,6 +167,16 @@ def main(argv: list[str]) -> int:
         first = runs.get((arm, lamb)) or train_and_score(
             cfg, photos, tokenizer, image, Path(scratch) / "first", ev.k)
         second = train_and_score(cfg, photos, tokenizer, image, Path(scratch) / "repeat", ev.k)
+        by_source = {}
+        for source, train_photos in texts.items():
+            for arm in ("good", "bad"):
+                lamb = configs[arm].lamb
+                reuse = runs.get((arm, lamb)) if source == PEOPLE else None
+                by_source[source, arm] = reuse or train_and_score(
+                    short_config(configs[arm], probe, lamb), {**photos, "train": train_photos},
+                    tokenizer, image, Path(scratch) / f"{source}-{arm}", ev.k)
+                print(f"probe: {arm} views on {source} texts R@1 "
+                      f"{by_source[source, arm]['scores']['r_at_1']:.3f}", flush=True)
     import torch
 
     diffs = run_differences(first, second)
@@ -145,7 +189,15 @@ def main(argv: list[str]) -> int:
                         "device": ("cuda" if cfg.device == "auto" and torch.cuda.is_available()
                                    else "cpu" if cfg.device == "auto" else cfg.device),
                         "torch": torch.__version__, "max_abs_diff": diffs,
-                        "bit_identical": worst == 0.0}})
+                        "bit_identical": worst == 0.0},
+        "text_sources": None if not texts else {
+            "sources": list(texts), "seed": probe.seed, "epochs": probe.epochs,
+            "lamb": {arm: configs[arm].lamb for arm in ("good", "bad")},
+            "rows": [{"source": s, "arm": arm, **{m: by_source[s, arm]["scores"][m] for m in (
+                "r_at_1", "r_at_5", names.mknn(ev.k), "chance_r_at_1")}}
+                for s in texts for arm in ("good", "bad")],
+            "gaps": source_gaps(by_source, tuple(texts), {
+                "r_at_1": "r_at_1_hit", names.mknn(ev.k): names.mknn(ev.k)}, ev)}})
     print(f"probe: same seed twice, largest absolute difference {worst:.3g} "
           f"({'bit-identical' if worst == 0.0 else 'not bit-identical'})")
     return 0
