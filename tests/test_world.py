@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prh.io import atomic_dir
 from prh.data import load_karpathy
+from prh.io import atomic_dir
 from prh.views import choose_captions
 from prh.world import (
     COLOURS,
