@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "evaluation captions/images found in training"),
     "reference": ("harness.stages.reference:main",
                   "evaluation only: public encoders on WIT-1024 and STS-B (wit1024 section)"),
+    "recap": ("harness.stages.recap:main",
+              "web texts: a Recap-DataComp subset's texts, tokenizer and counts (recap section)"),
     "aggregate": ("harness.stages.aggregate:main",
                   "every run's metrics, seed spread, paired gaps"),
     "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),

@@ -16,8 +16,8 @@ DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
               "reports/templates": "harness/report/render.py",
               "prh/in100_wnids.txt": "prh/classsets.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage
-# the pipelines: the main one and the evaluation-only one (its stages run from the root)
-DVC_FILES = ("dvc.yaml", "pipelines/wit1024/dvc.yaml")
+# the pipelines: the main one, the evaluation-only one and the web-text one (run from the root)
+DVC_FILES = ("dvc.yaml", "pipelines/wit1024/dvc.yaml", "pipelines/recap/dvc.yaml")
 
 
 def module_file(name: str) -> Path | None:

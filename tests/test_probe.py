@@ -49,6 +49,7 @@ def test_short_config_changes_only_epochs_warmup_eval_and_lambda():
 @pytest.mark.parametrize("section, needle", [
     ({"arms": ["good", "clip"]}, "use arms from"),
     ({"epochs": 0}, "at least 1 epoch"),
+    ({"source_epochs": 0}, "at least 1 epoch"),
     ({"lambdas": [-0.1]}, "weights >= 0"),
 ])
 def test_bad_probe_section_names_the_problem(section, needle):
@@ -82,7 +83,7 @@ def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
     repo = copy_code(tmp_path / "repo")
     raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
     raw["world"]["probe"].update(arms=["good", "bad"], epochs=1, lambdas=[0.02],
-                                 text_sources=["people", "captioner"])
+                                 text_sources=["people", "captioner"], source_epochs=1)
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     build_upstream(commit_all(repo, "tiny"))
     sh(repo, "harness", "probe", "--params", "params.yaml", "--dataset",
@@ -91,6 +92,7 @@ def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
     out = json.loads((repo / "runs/probe.json").read_text())
     ts = out["text_sources"]
     assert ts["sources"] == ["people", "captioner"] and ts["lamb"] == {"good": 0.02, "bad": 0.02}
+    assert ts["epochs"] == 1
     rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
     sweep = {r["arm"]: r for r in out["lambda_sweep"]}
     for arm in ("good", "bad"):

@@ -26,7 +26,8 @@ TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depen
 PROFILES = ("world", "flickr30k")
 SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination")
 EVAL_ONLY = ("wit1024",)  # evaluation-only profiles, each one section (harness.config.reference)
-TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES, *EVAL_ONLY)  # every top-level key
+WEB_TEXT = ("recap",)  # the web-text profile's data section (prh.recap, harness.stages.recap)
+TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES, *EVAL_ONLY, *WEB_TEXT)
 AUDIT_KEYS = ("margin",)
 
 
@@ -83,10 +84,12 @@ class ProbeConfig:
     epochs: int = 5
     lambdas: tuple[float, ...] = (0.005, 0.02, 0.08)
     text_sources: tuple[str, ...] = ()  # good and bad trained on each (Table 7's design)
+    source_epochs: int = 5              # their epochs
 
     def validate(self) -> None:
-        if self.epochs < 1:
-            raise ValueError(f"epochs = {self.epochs}: train the probes for at least 1 epoch")
+        if min(self.epochs, self.source_epochs) < 1:
+            raise ValueError(f"epochs = {self.epochs}, source_epochs = {self.source_epochs}: "
+                             "train the probes for at least 1 epoch")
         from prh.config import ARMS
 
         if set(self.arms) - set(ARMS):

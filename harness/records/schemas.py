@@ -52,4 +52,5 @@ PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
 REFERENCE = Schema("prh.reference", 1, "reference")  # runs/reference/wit1024.json
+RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
 DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

@@ -9,7 +9,8 @@ so the main job keeps its budget; the report says so beside every panel):
   final score, the embeddings and the weights. On CPU bit-identical (0.0) is expected; a GPU
   run records its own figure (cuDNN and atomics may differ run to run);
 - text sources (Table 7's design: who wrote the texts the views are cut from): good and bad
-  views trained at `train.lamb` on the texts of each `probe.text_sources` source, all scored
+  views trained at `train.lamb` for `probe.source_epochs` on the texts of each
+  `probe.text_sources` source, all scored
   on the people captions of the fit and test pairs, so only the training texts differ; the
   good-view gap (good - bad) of each source and the difference of two sources' gaps, with
   paired bootstrap intervals over the test pairs (one seed: they do not resample training).
@@ -171,9 +172,12 @@ def main(argv: list[str]) -> int:
         for source, train_photos in texts.items():
             for arm in ("good", "bad"):
                 lamb = configs[arm].lamb
-                reuse = runs.get((arm, lamb)) if source == PEOPLE else None
+                reuse = runs.get((arm, lamb)) if source == PEOPLE \
+                    and probe.source_epochs == probe.epochs else None
                 by_source[source, arm] = reuse or train_and_score(
-                    short_config(configs[arm], probe, lamb), {**photos, "train": train_photos},
+                    short_config(configs[arm], dataclasses.replace(
+                        probe, epochs=probe.source_epochs), lamb),
+                    {**photos, "train": train_photos},
                     tokenizer, image, Path(scratch) / f"{source}-{arm}", ev.k)
                 print(f"probe: {arm} views on {source} texts R@1 "
                       f"{by_source[source, arm]['scores']['r_at_1']:.3f}", flush=True)
@@ -191,7 +195,7 @@ def main(argv: list[str]) -> int:
                         "torch": torch.__version__, "max_abs_diff": diffs,
                         "bit_identical": worst == 0.0},
         "text_sources": None if not texts else {
-            "sources": list(texts), "seed": probe.seed, "epochs": probe.epochs,
+            "sources": list(texts), "seed": probe.seed, "epochs": probe.source_epochs,
             "lamb": {arm: configs[arm].lamb for arm in ("good", "bad")},
             "rows": [{"source": s, "arm": arm, **{m: by_source[s, arm]["scores"][m] for m in (
                 "r_at_1", "r_at_5", names.mknn(ev.k), "chance_r_at_1")}}

@@ -1,0 +1,102 @@
+"""Stage `recap` (pipelines/recap/dvc.yaml): the web-text profile's first step. Reads the
+texts of the first `recap.images` rows of the user's Recap-DataComp-1B shards (prh.recap:
+canonical order, sources as columns), writes them as parquet shards (one per shard read,
+one list column per source), trains the WordPiece tokenizer on the first
+`recap.tokenizer_sample` texts, and counts what the subset holds: images, unique images,
+texts and tokens per source. Those counts are what a run's samples and GPU-hours are
+projected from (a sample reads one image's texts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.records.schemas import RECAP_SUBSET
+from harness.stages.common import fail, stage_parser
+from prh.io import ContractError, atomic_dir, read_yaml, write_json
+
+
+def load_recap(path: Path) -> Any:
+    """params.yaml's `recap` section (prh.recap.RecapConfig), the rest of the file validated."""
+    from harness.config.params import load_params
+    from prh.recap import RecapConfig
+
+    load_params(path)
+    return RecapConfig.from_dict(read_yaml(path, "run from the repository root").get("recap"),
+                                 f"{path}: recap")
+
+
+def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
+    """Write the subset's texts and tokenizer into `out`; return the counts."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from prh.recap import check_shards, iter_subset, key_hashes, source_texts
+    from prh.tokenizer import train_tokenizer
+
+    shards = check_shards(cfg.data, cfg.columns, cfg.images)  # footers only, before any row
+    names = [name for name, _ in cfg.sources]
+    counts = {n: {"texts": 0, "images_without": 0, "tokens": 0} for n in names}
+    sample: list[str] = []
+    hashes, written, writer, current = [], [], None, -1
+    for shard, first, batch in iter_subset(shards, cfg.columns, cfg.images):
+        texts = source_texts(batch, cfg.sources)
+        for name in names:
+            counts[name]["texts"] += sum(map(len, texts[name]))
+            counts[name]["images_without"] += sum(not t for t in texts[name])
+        for i in range(len(batch[cfg.key])):
+            if len(sample) >= cfg.tokenizer_sample:
+                break
+            sample += [t for name in names for t in texts[name][i]]
+        hashes.append(key_hashes(batch[cfg.key]))
+        n = len(batch[cfg.key])
+        table = pa.table({"row": pa.array(np.arange(first, first + n), pa.int64()),
+                          "key": pa.array([str(k) for k in batch[cfg.key]], pa.string()),
+                          **{name: pa.array(texts[name], pa.list_(pa.string()))
+                             for name in names}})
+        if shard != current:  # one written shard per shard read, the same rows
+            if writer is not None:
+                writer.close()
+            written.append(out / f"texts-{shard:05d}.parquet")
+            writer, current = pq.ParquetWriter(written[-1], table.schema), shard
+        writer.write_table(table)
+    writer.close()
+    sample = sample[:cfg.tokenizer_sample]
+    tokenizer = train_tokenizer(sample, cfg.vocab_size)
+    tokenizer.save(out / "tokenizer")
+    for path in written:
+        for batch in pq.ParquetFile(path).iter_batches(columns=names):
+            for name in names:
+                flat = [t for texts in batch.column(name).to_pylist() for t in texts]
+                counts[name]["tokens"] += sum(map(len, tokenizer.encode_batch(flat)))
+    unique = int(np.unique(np.concatenate(hashes)).size)
+    return {"images": cfg.images, "unique_images": unique,
+            "shards_read": [{"path": s.path.relative_to(cfg.data).as_posix(), "rows": s.rows}
+                            for s in shards],
+            "sources": {name: {"columns": list(cols), **counts[name],
+                               "tokens_per_text": counts[name]["tokens"]
+                               / max(counts[name]["texts"], 1)}
+                        for name, cols in cfg.sources},
+            "tokenizer": {"vocab_size": tokenizer.vocab_size, "sample_texts": len(sample)},
+            "written": [p.name for p in written]}
+
+
+def main(argv: list[str]) -> int:
+    """Read the first recap.images rows of recap.data's parquet shards and write their texts,
+    the tokenizer and summary.json (counts per source) to --out."""
+    parser = stage_parser("recap", main.__doc__)
+    parser.add_argument("--out", type=Path, required=True, help="the subset's folder")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_recap(args.params)
+        with atomic_dir(args.out) as tmp:
+            summary = write_subset(cfg, tmp)
+            write_json(tmp / "summary.json", {"schema": str(RECAP_SUBSET), **summary})
+    except ContractError as e:
+        return fail(e)
+    per = ", ".join(f"{n} {s['texts']:,} texts / {s['tokens']:,} tokens"
+                    for n, s in summary["sources"].items())
+    print(f"recap: {summary['images']:,} images ({summary['unique_images']:,} unique keys): "
+          f"{per} -> {args.out}")
+    return 0

@@ -1,0 +1,159 @@
+"""Web texts (prh.recap, `harness recap`): a miniature Recap-style parquet corpus the tests
+write, its sources, the nested subsets, the counts checked by hand, and bad shards refused
+from their footers before any row is read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from harness.stages.recap import main
+from prh.recap import RecapConfig, RecapError, check_shards, iter_subset, list_shards
+
+ROOT = Path(__file__).resolve().parents[1]
+# shard -> rows (key, alt-text, recaption): 3 + 4 + 2 = 9 images; row 4 has no alt-text, row 6
+# a blank recaption, rows 2 and 7 share a key (one image listed twice)
+SHARDS = {
+    "part/b-0001.parquet": [("k3", "a red dog", "A red dog runs on grass."),
+                            ("k4", None, "Two cats sleep."),
+                            ("k5", "blue car", "A blue car parked by a tree."),
+                            ("k6", "kite", "   ")],
+    "a-0000.parquet": [("k0", "dog", "A dog."), ("k1", "cat photo", "A small cat sits."),
+                       ("k2", "tree", "A tall tree.")],
+    "part/c-0002.parquet": [("k2", "tree again", "A tall green tree."),
+                            ("k8", "boat", "A white boat on a lake.")],
+}
+
+
+def write_corpus(root: Path) -> Path:
+    for name, rows in SHARDS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        keys, alt, recap = zip(*rows, strict=True)
+        pq.write_table(pa.table({"key": list(keys), "org_caption": list(alt),
+                                 "re_caption": list(recap), "url": ["u"] * len(rows)}),
+                       root / name, row_group_size=2)
+    return root
+
+
+def config(root: Path, images: int) -> RecapConfig:
+    return RecapConfig.from_dict({"data": str(root), "images": images, "tokenizer_sample": 100,
+                                  "vocab_size": 60, "sources": {"alt": ["org_caption"],
+                                                                "recap": ["re_caption"]}})
+
+
+def rows(root: Path, images: int, batch_rows: int = 2) -> list[tuple[str, str | None]]:
+    cfg = config(root, images)
+    shards = check_shards(root, cfg.columns, images)
+    return [(k, a) for _, _, b in iter_subset(shards, cfg.columns, images, batch_rows)
+            for k, a in zip(b["key"], b["org_caption"], strict=True)]
+
+
+def test_canonical_order_is_sorted_paths_and_subsets_nest(tmp_path):
+    root = write_corpus(tmp_path / "raw")
+    assert [p.relative_to(root).as_posix() for p in list_shards(root)] == [
+        "a-0000.parquet", "part/b-0001.parquet", "part/c-0002.parquet"]
+    every = rows(root, 9)
+    assert [k for k, _ in every] == ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k2", "k8"]
+    for n in range(1, 10):  # the first n rows, whatever the batch size: each subset nests
+        assert rows(root, n, batch_rows=3) == every[:n]
+
+
+def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path):
+    root = write_corpus(tmp_path / "raw")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["recap"].update(data=str(root), images=5, vocab_size=60, tokenizer_sample=4)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    out = tmp_path / "subset"
+    assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    # the first 5 rows: k0 k1 k2 (shard a) and k3 k4 (shard b); k4 has no alt-text
+    assert summary["images"] == 5 and summary["unique_images"] == 5
+    assert summary["sources"]["alt"]["texts"] == 4
+    assert summary["sources"]["alt"]["images_without"] == 1
+    assert summary["sources"]["recap"]["texts"] == 5
+    assert [s["path"] for s in summary["shards_read"]] == ["a-0000.parquet",
+                                                          "part/b-0001.parquet"]
+    written = pq.read_table(out / "texts-00001.parquet").to_pylist()
+    assert written == [{"row": 3, "key": "k3", "alt": ["a red dog"],
+                        "recap": ["A red dog runs on grass."]},
+                       {"row": 4, "key": "k4", "alt": [], "recap": ["Two cats sleep."]}]
+    # the tokenizer's sample: the first 4 texts in row order, sources in params order
+    assert summary["tokenizer"]["sample_texts"] == 4
+    from prh.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(out / "tokenizer")
+    by_hand = {name: sum(len(tok.encode(t)) for r in pq.read_table(out / "texts-00000.parquet")
+                         .to_pylist() + written for t in r[name]) for name in ("alt", "recap")}
+    assert {n: s["tokens"] for n, s in summary["sources"].items()} == by_hand
+    params["recap"]["images"] = 9  # the whole corpus: k2 is listed twice, k6's recap is blank
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["images"], summary["unique_images"]) == (9, 8)
+    assert summary["sources"]["recap"]["images_without"] == 1
+    assert summary["written"] == ["texts-00000.parquet", "texts-00001.parquet",
+                                  "texts-00002.parquet"]
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("missing column", r"b-0001\.parquet: no column\(s\) \['re_caption'\]"),
+    ("not parquet", r"b-0001\.parquet: not a readable parquet file"),
+    ("too few rows", r"9 rows in 3 shard\(s\), fewer than recap\.images = 10"),
+    ("no shards", r"no \*\.parquet file"),
+])
+def test_bad_shards_are_refused_naming_the_file_before_any_row_is_read(tmp_path, case,
+                                                                        needle):
+    root = write_corpus(tmp_path / "raw")
+    bad = root / "part/b-0001.parquet"
+    if case == "missing column":
+        pq.write_table(pa.table({"key": ["x"], "org_caption": ["y"]}), bad)
+    elif case == "not parquet":
+        bad.write_bytes(b"<html>rate limited</html>")
+    elif case == "no shards":
+        root = tmp_path / "empty"
+        root.mkdir()
+    with pytest.raises(RecapError, match=needle):
+        check_shards(root, config(root, 10).columns, 10 if case == "too few rows" else 9)
+
+
+@pytest.mark.parametrize("section, needle", [
+    ({"images": 0}, r"recap\.images: a whole number"),
+    ({"sources": {}}, r"recap\.sources: a mapping"),
+    ({"sources": {"alt": "org_caption"}}, r"recap\.sources: a mapping"),
+    ({"colour": 1}, r"unknown key\(s\) \['colour'\]"),
+])
+def test_a_bad_recap_section_names_the_key(section, needle):
+    base = yaml.safe_load((ROOT / "params.yaml").read_text())["recap"]
+    with pytest.raises(RecapError, match=needle):
+        RecapConfig.from_dict({**base, **section})
+
+
+def test_dvc_repro_runs_the_recap_pipeline_and_reruns_it_only_when_recap_changes(tmp_path):
+    import shutil
+
+    from tiny_world import commit_all, copy_code, sh
+
+    repo = copy_code(tmp_path / "repo")
+    shutil.copytree(ROOT / "pipelines", repo / "pipelines")
+    commit_all(repo, "code")
+    write_corpus(repo / "data" / "recap" / "raw")
+    raw = yaml.safe_load((repo / "params.yaml").read_text())
+    raw["recap"].update(images=7, vocab_size=60, tokenizer_sample=10)
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    first = sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml")
+    assert "Running stage 'pipelines/recap/dvc.yaml:recap'" in first.stdout
+    summary = json.loads((repo / "data/recap/subset/summary.json").read_text())
+    assert (summary["schema"], summary["images"]) == ("prh.recap_subset/1", 7)
+    assert "Running stage" not in sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml").stdout
+    raw["world"]["train"]["lr"] = 0.002  # another section: the subset stays
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert "Running stage" not in sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml").stdout
+    raw["recap"]["images"] = 9
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert "Running stage" in sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml").stdout
+    assert json.loads((repo / "data/recap/subset/summary.json").read_text())["images"] == 9
