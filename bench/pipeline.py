@@ -28,7 +28,8 @@ def stage_order(repo: Path) -> list[str]:
     """Stage names in pipeline order, matrix stages expanded (from params.yaml)."""
     params = yaml.safe_load((repo / "params.yaml").read_text())
     runs = [f"{a}-{s}" for a in params["arms"] for s in params["seeds"]]
-    return (["world", "prepare", "image"] + [f"train@{r}" for r in runs]
+    return (["world", "prepare", "image"] + [f"config@{a}" for a in params["arms"]]
+            + [f"train@{r}" for r in runs]
             + [f"align@{r}" for r in runs] + ["probe", "theory", "contamination", "aggregate",
                                               "audit", "report"])
 
