@@ -187,8 +187,10 @@ def captioner_texts(scene: dict[str, int], cfg: WorldConfig,
     return style, [render_caption(scene, style, cfg, rng) for _ in range(cfg.captions_per_photo)]
 
 
-def voice_sharing(source: str, good_views: bool, cfg: WorldConfig) -> float:
-    """P(two views of one sample carry the same voice), the nuisance Prop. 3 is about.
+def voice_sharing(source: str, good_views: bool, cfg: WorldConfig) -> float | None:
+    """P(two views of one sample carry the same voice), the nuisance Prop. 3 is about; None
+    when captions carry no voice words (`style_strength` 0). The template and synonym bank,
+    which one captioner also fixes per scene, are left out of this number.
 
     Bad views read one text, so always 1. Good views draw each view's text uniformly with
     replacement among m texts (`prh.views.choose_captions`): the same text with probability
@@ -197,6 +199,8 @@ def voice_sharing(source: str, good_views: bool, cfg: WorldConfig) -> float:
     """
     if source not in TEXT_SOURCES:
         raise ValueError(f"source {source!r}: the world's text sources are {list(TEXT_SOURCES)}")
+    if cfg.style_strength == 0:
+        return None
     if not good_views or source != PEOPLE:
         return 1.0
     m = cfg.captions_per_photo

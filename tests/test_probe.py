@@ -79,7 +79,8 @@ def test_probe_stage_sweeps_lambda_and_repeats_a_seed_bit_identically(tmp_path):
 def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
     """Table 7's design on the world: good and bad views on people's and on one captioner's
     texts, all scored on the people captions; each source's gap and the gaps' difference come
-    with paired intervals over the test pairs, and people's pair is the lambda sweep's."""
+    with paired intervals over the test pairs, and at equal epochs people's pair is the lambda
+    sweep's."""
     repo = copy_code(tmp_path / "repo")
     raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
     raw["world"]["probe"].update(arms=["good", "bad"], epochs=1, lambdas=[0.02],
@@ -93,6 +94,7 @@ def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
     ts = out["text_sources"]
     assert ts["sources"] == ["people", "captioner"] and ts["lamb"] == {"good": 0.02, "bad": 0.02}
     assert ts["epochs"] == 1
+    assert (out["determinism"]["arm"], out["determinism"]["lamb"]) == ("good", 0.02)
     rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
     sweep = {r["arm"]: r for r in out["lambda_sweep"]}
     for arm in ("good", "bad"):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from harness.stages.recap import main
+from harness.stages.recap import load_recap, main, write_subset
 from prh.recap import RecapConfig, RecapError, check_shards, iter_subset, list_shards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +105,8 @@ def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path
     ("not parquet", r"b-0001\.parquet: not a readable parquet file"),
     ("too few rows", r"9 rows in 3 shard\(s\), fewer than recap\.images = 10"),
     ("no shards", r"no \*\.parquet file"),
+    ("numbers", r"b-0001\.parquet: text column\(s\) \['re_caption \(double\)'\] do not hold "
+                r"strings"),
 ])
 def test_bad_shards_are_refused_naming_the_file_before_any_row_is_read(tmp_path, case,
                                                                         needle):
@@ -114,11 +116,14 @@ def test_bad_shards_are_refused_naming_the_file_before_any_row_is_read(tmp_path,
         pq.write_table(pa.table({"key": ["x"], "org_caption": ["y"]}), bad)
     elif case == "not parquet":
         bad.write_bytes(b"<html>rate limited</html>")
+    elif case == "numbers":
+        pq.write_table(pa.table({"key": ["x"], "org_caption": ["y"], "re_caption": [0.3]}), bad)
     elif case == "no shards":
         root = tmp_path / "empty"
         root.mkdir()
+    cfg = config(root, 10)
     with pytest.raises(RecapError, match=needle):
-        check_shards(root, config(root, 10).columns, 10 if case == "too few rows" else 9)
+        check_shards(root, cfg.columns, 10 if case == "too few rows" else 9, cfg.text_columns)
 
 
 @pytest.mark.parametrize("section, needle", [
@@ -126,6 +131,8 @@ def test_bad_shards_are_refused_naming_the_file_before_any_row_is_read(tmp_path,
     ({"sources": {}}, r"recap\.sources: a mapping"),
     ({"sources": {"alt": "org_caption"}}, r"recap\.sources: a mapping"),
     ({"colour": 1}, r"unknown key\(s\) \['colour'\]"),
+    ({"sources": {"key": ["org_caption"]}}, r"\['key'\] name\(s\) the written subset's own"),
+    ({"sources": {"": ["org_caption"]}}, r"recap\.sources: a mapping"),
 ])
 def test_a_bad_recap_section_names_the_key(section, needle):
     base = yaml.safe_load((ROOT / "params.yaml").read_text())["recap"]
@@ -157,3 +164,15 @@ def test_dvc_repro_runs_the_recap_pipeline_and_reruns_it_only_when_recap_changes
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     assert "Running stage" in sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml").stdout
     assert json.loads((repo / "data/recap/subset/summary.json").read_text())["images"] == 9
+
+
+def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
+    root = write_corpus(tmp_path / "raw")
+    pq.write_table(pa.table({"key": ["k3", None], "org_caption": ["a", "b"],
+                             "re_caption": ["c", "d"]}), root / "part/b-0001.parquet")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["recap"].update(data=str(root), images=5)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RecapError, match=r"b-0001\.parquet: row 4 of the subset has no 'key'"):
+        write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out")

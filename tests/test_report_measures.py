@@ -18,6 +18,7 @@ from test_report import Cells
 
 from harness.records.results import aggregate_calibrated
 from harness.report.context import ReportPaths, build_context, registry_setups
+from harness.report.measures import section_text_sources
 from harness.report.render import render, write_pdf
 from harness.stats.estimators import seed_spread
 from prh.calibrate import calibrate
@@ -249,11 +250,12 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
     ctx = build_context(paths(measured[0], measured[0] / "probe.json", ROOT / "params.yaml"))
     cells = cells_of(render(ctx))
     assert cells["text_sources.people.gap.r_at_1"] == "0.200"
-    assert cells["text_sources.people.result"] == "interval above 0"
+    assert cells["text_sources.people.result"] == "R@1 above 0; mknn10 holds 0"
     # 1 hit of 40 at chance 1/40: P(X >= 1) = 1 - .975^40 = .64, not above chance
     assert cells["text_sources.captioner.result"] == "both arms at chance: not read"
-    assert cells["text_sources.difference.r_at_1"] == "0.175"
-    assert cells["text_sources.difference.result"] == "interval above 0"
+    assert cells["text_sources.difference.captioner.r_at_1"] == "0.175"
+    # its interval lies above 0, but the captioner's arms are at chance: nothing to read
+    assert cells["text_sources.difference.captioner.result"] == "a source at chance: not read"
     rows = {r["source"]: r for r in ctx["sections"]["text_sources"]["rows"]}
     # params.yaml's world: 5 captions, 8 voices: 1/5 + (4/5)(1/8) = .3 for good people views
     assert rows["people"]["sharing"] == pytest.approx((0.3, 1.0))
@@ -265,6 +267,12 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
            "1.04" in render(ctx)
     no_params = build_context(paths(measured[0], measured[0] / "probe.json"))
     assert not no_params["sections"]["text_sources"]["world"]  # no prediction without params
+    live = text_sources()
+    live["rows"][3]["r_at_1"] = 0.1  # the captioner's bad views: 4 hits of 40, above chance
+    assert section_text_sources({"text_sources": live}, None, None, {})[
+        "differences"][0]["reading"] == "above 0"
+    assert section_text_sources({"schema": "prh.probe/1"}, None, None, {})["not_run"] == \
+        "the probe file predates the text-source probe: `dvc repro probe`"
 
 
 def test_world_settings_come_from_params(tmp_path: Path) -> None:

@@ -182,3 +182,4 @@ def test_voice_sharing_is_the_rate_two_good_views_share_a_voice(tmp_path, source
     # of 400 per-sample rates, sqrt(.25 / 400) = .025; 4 sd of it
     assert shared == pytest.approx(expect, abs=0.1)
     assert voice_sharing(source, False, cfg) == 1.0
+    assert voice_sharing(source, True, WorldConfig(style_strength=0)) is None  # no voice words

@@ -324,8 +324,9 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
     directions on; the gap is predicted where good views share it less than bad views do."""
     ts = (probe or {}).get("text_sources")
     if not ts:
-        why = (probe or {}).get("skipped") or ("probe.text_sources is [] in params.yaml" if probe
-                                              else "no probe file given (--probe)")
+        why = ("no probe file given (--probe)" if probe is None else probe.get("skipped")
+               or ("probe.text_sources is [] in params.yaml" if "text_sources" in probe
+                   else "the probe file predates the text-source probe: `dvc repro probe`"))
         return {"not_run": why}
     world = None
     if profile == "world" and params is not None:
@@ -339,20 +340,26 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
 
     rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
     gaps = {(g["metric"], g["source"]): g for g in ts["gaps"]}
-    mknn = next(m for m, _ in gaps if m != "r_at_1")
+    mknn = next((m for m, _ in gaps if m != "r_at_1"), None)
+    if mknn is None:
+        return {"not_run": "the probe file's text_sources holds no mutual k-NN gaps: "
+                           "`dvc repro probe`"}
     out_rows = []
     for source in ts["sources"]:
         good, bad = rows[source, "good"], rows[source, "bad"]
         live = [arm for arm in ("good", "bad")
                 if above_chance(rows[source, arm]["r_at_1"], rows[source, arm]["chance_r_at_1"])]
         share = (voice_sharing(source, True, world), voice_sharing(source, False, world)) \
-            if world is not None and source in TEXT_SOURCES else None
+            if world is not None and source in TEXT_SOURCES else (None, None)
+        share = None if None in share else share  # no voice words: no prediction
         out_rows.append({
             "source": source, "good": good, "bad": bad, "gap_r1": gaps["r_at_1", source],
             "gap_mknn": gaps[mknn, source], "reading": interval_reading(gaps["r_at_1", source]),
+            "reading_mknn": interval_reading(gaps[mknn, source]),
             "live": live, "sharing": share,
             "predicted": None if share is None else
             ("above 0" if share[0] < share[1] else "0 (views share the wording as bad views do)")})
+    live = {r["source"]: bool(r["live"]) for r in out_rows}
     differences = []
     for g in ts["gaps"]:
         if " - " not in g["source"] or g["metric"] != "r_at_1":
@@ -362,7 +369,9 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
         predicted = None if sa is None or sb is None else (
             "above 0" if sa[0] < sb[0] else "below 0" if sa[0] > sb[0] else "0")
         differences.append({"a": a, "b": b, "r1": g, "mknn": gaps[mknn, g["source"]],
-                            "reading": interval_reading(g), "predicted": predicted})
+                            "reading": interval_reading(g) if live[a] and live[b] else None,
+                            "reading_mknn": interval_reading(gaps[mknn, g["source"]]),
+                            "predicted": predicted})
     paper = [{"label": label, **{k: registry[cid]["printed"] for k, cid in
                                  (("good", good), ("bad", bad), ("ratio", ratio))}}
              for label, good, bad, ratio in TABLE7_PAIRS

@@ -170,17 +170,17 @@ def main(argv: list[str]) -> int:
         second = train_and_score(cfg, photos, tokenizer, image, Path(scratch) / "repeat", ev.k)
         by_source = {}
         for source, train_photos in texts.items():
-            for arm in ("good", "bad"):
-                lamb = configs[arm].lamb
-                reuse = runs.get((arm, lamb)) if source == PEOPLE \
+            for views in ("good", "bad"):
+                at = configs[views].lamb
+                reuse = runs.get((views, at)) if source == PEOPLE \
                     and probe.source_epochs == probe.epochs else None
-                by_source[source, arm] = reuse or train_and_score(
-                    short_config(configs[arm], dataclasses.replace(
-                        probe, epochs=probe.source_epochs), lamb),
+                by_source[source, views] = reuse or train_and_score(
+                    short_config(configs[views], dataclasses.replace(
+                        probe, epochs=probe.source_epochs), at),
                     {**photos, "train": train_photos},
-                    tokenizer, image, Path(scratch) / f"{source}-{arm}", ev.k)
-                print(f"probe: {arm} views on {source} texts R@1 "
-                      f"{by_source[source, arm]['scores']['r_at_1']:.3f}", flush=True)
+                    tokenizer, image, Path(scratch) / f"{source}-{views}", ev.k)
+                print(f"probe: {views} views on {source} texts R@1 "
+                      f"{by_source[source, views]['scores']['r_at_1']:.3f}", flush=True)
     import torch
 
     diffs = run_differences(first, second)

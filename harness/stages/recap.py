@@ -32,10 +32,10 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prh.recap import check_shards, iter_subset, key_hashes, source_texts
+    from prh.recap import RecapError, check_shards, iter_subset, key_hashes, source_texts
     from prh.tokenizer import train_tokenizer
 
-    shards = check_shards(cfg.data, cfg.columns, cfg.images)  # footers only, before any row
+    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)  # footers
     names = [name for name, _ in cfg.sources]
     counts = {n: {"texts": 0, "images_without": 0, "tokens": 0} for n in names}
     sample: list[str] = []
@@ -49,6 +49,10 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
             if len(sample) >= cfg.tokenizer_sample:
                 break
             sample += [t for name in names for t in texts[name][i]]
+        if None in batch[cfg.key]:
+            raise RecapError(f"{shards[shard].path}: row {first + batch[cfg.key].index(None)} "
+                             f"of the subset has no {cfg.key!r}; every image needs its key: fix "
+                             "the shard or name another key column in recap.key")
         hashes.append(key_hashes(batch[cfg.key]))
         n = len(batch[cfg.key])
         table = pa.table({"row": pa.array(np.arange(first, first + n), pa.int64()),
