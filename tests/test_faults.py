@@ -198,6 +198,7 @@ STILL_VALID = {
     ("eval.fit_sizes", "empty"): "no fit-size curve",
     ("eval.gallery_sizes", "empty"): "the whole test split as the only pool",
     ("probe.arms", "empty"): "the probe stage off",
+    ("probe.text_sources", "empty"): "the text-source probe off",
 }
 
 

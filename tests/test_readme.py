@@ -140,6 +140,8 @@ RULES: list[tuple[str, Callable[[Path, str], str | None]]] = [
     (r"harness reference ", lambda r, c: options_in_help(r, c, "harness reference --help")),
     (r"dvc repro pipelines/wit1024/dvc\.yaml$",
      lambda r, c: ran(r, "dvc stage list pipelines/wit1024/dvc.yaml")),
+    (r"dvc repro pipelines/recap/dvc\.yaml$",
+     lambda r, c: ran(r, "dvc stage list pipelines/recap/dvc.yaml")),
 ]
 
 
