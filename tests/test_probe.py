@@ -57,16 +57,21 @@ def test_bad_probe_section_names_the_problem(section, needle):
         ProbeConfig(**{**ProbeConfig().__dict__, **section}).validate()
 
 
-def test_probe_stage_sweeps_lambda_and_repeats_a_seed_bit_identically(tmp_path):
+def run_probe(tmp_path, **probe) -> dict:
+    """`harness probe` on a tiny world with one-epoch trainings and `probe` set; its JSON."""
     repo = copy_code(tmp_path / "repo")
     raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
-    raw["world"]["probe"].update(arms=["good", "ntp"], epochs=1, lambdas=[0.0, 0.02])
+    raw["world"]["probe"].update(epochs=1, **probe)
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     build_upstream(commit_all(repo, "tiny"))
     sh(repo, "harness", "probe", "--params", "params.yaml", "--dataset",
        "data/world/raw/dataset.json", "--prepared", "data/world/prepared", "--image",
        "runs/image", "--out", "runs/probe.json")
-    out = json.loads((repo / "runs/probe.json").read_text())
+    return json.loads((repo / "runs/probe.json").read_text())
+
+
+def test_probe_stage_sweeps_lambda_and_repeats_a_seed_bit_identically(tmp_path):
+    out = run_probe(tmp_path, arms=["good", "ntp"], lambdas=[0.0, 0.02])
     assert [(r["arm"], r["lamb"]) for r in out["lambda_sweep"]] == [
         ("good", 0.0), ("good", 0.02), ("ntp", None)]
     assert all(r["chance_r_at_1"] == pytest.approx(1 / 40) for r in out["lambda_sweep"])
@@ -81,16 +86,8 @@ def test_probe_sets_good_against_bad_views_on_each_text_source(tmp_path):
     texts, all scored on the people captions; each source's gap and the gaps' difference come
     with paired intervals over the test pairs, and at equal epochs people's pair is the lambda
     sweep's."""
-    repo = copy_code(tmp_path / "repo")
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
-    raw["world"]["probe"].update(arms=["good", "bad"], epochs=1, lambdas=[0.02],
-                                 text_sources=["people", "captioner"], source_epochs=1)
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    build_upstream(commit_all(repo, "tiny"))
-    sh(repo, "harness", "probe", "--params", "params.yaml", "--dataset",
-       "data/world/raw/dataset.json", "--prepared", "data/world/prepared", "--image",
-       "runs/image", "--out", "runs/probe.json")
-    out = json.loads((repo / "runs/probe.json").read_text())
+    out = run_probe(tmp_path, arms=["good", "bad"], lambdas=[0.02],
+                    text_sources=["people", "captioner"], source_epochs=1)
     ts = out["text_sources"]
     assert ts["sources"] == ["people", "captioner"] and ts["lamb"] == {"good": 0.02, "bad": 0.02}
     assert ts["epochs"] == 1
