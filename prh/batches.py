@@ -52,12 +52,18 @@ class CaptionBank:
     def build(cls, photos: Sequence[Photo], ids: Mapping[str, Sequence[int]],
               views: ViewConfig, pad_id: int) -> CaptionBank:
         """`ids` maps caption text -> token ids (`tokenize_captions`)."""
-        count = np.array([len(p.captions) for p in photos], dtype=np.int64)
+        return cls.from_token_lists([[ids[c] for c in p.captions] for p in photos], views,
+                                    pad_id)
+
+    @classmethod
+    def from_token_lists(cls, captions: Sequence[Sequence[Sequence[int]]], views: ViewConfig,
+                         pad_id: int) -> CaptionBank:
+        """Per photo, its captions' token ids (a web-text sample's texts: prh.stream)."""
+        count = np.array([len(c) for c in captions], dtype=np.int64)
         if count.size == 0 or count.min() < 1:
             raise ValueError("every photo needs at least one caption")
         first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
-        tokens, lengths = caption_matrix([ids[c] for p in photos for c in p.captions], views,
-                                         pad_id)
+        tokens, lengths = caption_matrix([c for cs in captions for c in cs], views, pad_id)
         return cls(tokens, lengths, first, count)
 
 

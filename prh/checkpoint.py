@@ -88,17 +88,17 @@ class UnreadableCheckpoint(ContractError):
     """A checkpoint file that torch cannot load or that is not a prh checkpoint."""
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint's contents on the CPU; an unreadable or foreign file raises
-    UnreadableCheckpoint."""
+def read_checkpoint(path: Path, fmt: str = CHECKPOINT_FORMAT) -> dict[str, Any]:
+    """A checkpoint's contents on the CPU; an unreadable file or one not of format `fmt`
+    raises UnreadableCheckpoint."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated or foreign file
         why = " ".join(str(e).split())[:200]
         raise UnreadableCheckpoint(f"{path}: unreadable checkpoint ({why}); rerun the stage "
                                    "that wrote it (`dvc repro`)") from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise UnreadableCheckpoint(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint; rerun the "
+    if not isinstance(ckpt, dict) or ckpt.get("format") != fmt:
+        raise UnreadableCheckpoint(f"{path}: not a {fmt} checkpoint; rerun the "
                                    "stage that wrote it (`dvc repro`)")
     return ckpt
 

@@ -26,6 +26,8 @@ import numpy as np
 
 from prh.io import ContractError
 
+TOKENS = "tokens"  # the subset folder's tokenised texts (datasets.Dataset.save_to_disk)
+KEY_ID = "key_id"  # their column naming the image: its index among the subset's unique keys
 SUBSET_SIZES = (2_240_000, 50_000_000, 100_000_000, 940_000_000)  # Appendix C's image counts
 OBTAIN = ("place Recap-DataComp-1B's parquet shards there (only the text columns are read; "
           "e.g. `huggingface-cli download UCSC-VLAA/Recap-DataComp-1B --repo-type dataset`)")
@@ -49,7 +51,8 @@ class RecapConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "recap") -> RecapConfig:
         """Strict build: unknown or missing keys, wrong types and empty sources raise."""
-        known = {"data", "images", "sources", "key", "vocab_size", "tokenizer_sample"}
+        known = {"data", "images", "sources", "key", "vocab_size", "tokenizer_sample",
+                 "train"}  # `train`: the runs' section (harness.stages.recap_train)
         if not isinstance(d, Mapping):
             raise RecapError(f"{where}: expected a mapping with {sorted(known)}")
         unknown = sorted(set(d) - known)
@@ -71,10 +74,10 @@ class RecapConfig:
             raise RecapError(f"{where}.sources: a mapping of source name to a non-empty list of "
                              f"column names (e.g. {{alt: [org_caption], recap: [re_caption]}}), "
                              f"got {raw!r:.80}")
-        taken = sorted({"row", "key"} & set(raw))
+        taken = sorted({"row", "key", KEY_ID} & set(raw))
         if taken:
             raise RecapError(f"{where}.sources: {taken} name(s) the written subset's own "
-                             "columns (row, key); call the source something else")
+                             f"columns (row, key, {KEY_ID}); call the source something else")
         return cls(data=Path(d["data"]), images=d["images"], key=d.get("key", "key"),
                    sources=tuple((name, tuple(cols)) for name, cols in raw.items()),
                    vocab_size=d.get("vocab_size", 30522),

@@ -140,20 +140,39 @@ def test_a_bad_recap_section_names_the_key(section, needle):
         RecapConfig.from_dict({**base, **section})
 
 
-def test_dvc_repro_runs_the_recap_pipeline_and_reruns_it_only_when_recap_changes(tmp_path):
+# a run of a few steps of a one-layer encoder: what the pipeline tests train on the corpus
+TINY_TRAIN = {"arms": ["good", "ntp"], "seed": 0, "sources": ["alt", "recap"], "samples": 11,
+              "warmup_samples": 2, "first_checkpoint": 2, "per_decade": 2, "save_every": 2,
+              "encoder": {"batch_size": 2, "max_len": 12, "n_slices": 8, "device": "cpu",
+                          "model": {"hidden": 16, "layers": 1, "heads": 2, "intermediate": 32,
+                                    "proj_dim": 16, "proj_hidden": 32}}}
+
+
+def recap_repo(tmp_path: Path, **recap: object) -> tuple[Path, dict]:
+    """The project copied into a git repo with the corpus in data/recap/raw and params.yaml's
+    recap section updated by `recap`; returns the repo and its params."""
     import shutil
 
-    from tiny_world import commit_all, copy_code, sh
+    from tiny_world import commit_all, copy_code
 
     repo = copy_code(tmp_path / "repo")
     shutil.copytree(ROOT / "pipelines", repo / "pipelines")
     commit_all(repo, "code")
     write_corpus(repo / "data" / "recap" / "raw")
     raw = yaml.safe_load((repo / "params.yaml").read_text())
-    raw["recap"].update(images=7, vocab_size=60, tokenizer_sample=10)
+    raw["recap"].update(recap)
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return repo, raw
+
+
+def test_dvc_repro_runs_the_recap_pipeline_and_reruns_it_only_when_recap_changes(tmp_path):
+    from tiny_world import sh
+
+    repo, raw = recap_repo(tmp_path, images=7, vocab_size=60, tokenizer_sample=10,
+                           train=TINY_TRAIN)
     first = sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml")
     assert "Running stage 'pipelines/recap/dvc.yaml:recap'" in first.stdout
+    assert "Running stage 'pipelines/recap/dvc.yaml:recap_train@ntp'" in first.stdout
     summary = json.loads((repo / "data/recap/subset/summary.json").read_text())
     assert (summary["schema"], summary["images"]) == ("prh.recap_subset/1", 7)
     assert "Running stage" not in sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml").stdout
@@ -176,3 +195,43 @@ def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(RecapError, match=r"b-0001\.parquet: row 4 of the subset has no 'key'"):
         write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out")
+
+
+def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tmp_path):
+    """`harness run` under `profile: recap` checks the shards and configs, then runs the
+    web-text pipeline to its report: each arm's samples, texts, tokens and unique images per
+    checkpoint, as its run.json and MLflow have them."""
+    import re
+
+    import mlflow
+    from tiny_world import sh
+
+    repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
+                           train=TINY_TRAIN)
+    raw["profile"] = "recap"
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = sh(repo, "harness", "run", MLFLOW_TRACKING_URI=uri)
+    assert "reports/recap.html and reports/recap.pdf are ready" in out.stdout
+    html = (repo / "reports/recap.html").read_text()
+    assert (repo / "reports/recap.pdf").read_bytes()[:5] == b"%PDF-"
+    assert "smallest (2,240,000): these runs check the pipeline" in html
+    for arm in ("good", "ntp"):
+        run = json.loads((repo / f"runs/recap/{arm}/run.json").read_text())
+        assert [r["samples"] for r in run["account"]] == [2, 6, 12]
+        for row in run["account"]:
+            for key in ("samples", "texts", "tokens", "unique_images"):
+                cell = re.search(rf'data-k="recap\.{arm}\.{row["samples"]}\.{key}">([\d,]+)<',
+                                 html)
+                assert cell and int(cell.group(1).replace(",", "")) == row[key], (arm, key)
+        mlflow.set_tracking_uri(uri)
+        history = mlflow.tracking.MlflowClient().get_metric_history(run["mlflow_run_id"],
+                                                                    "unique_images")
+        assert [(m.step, m.value) for m in history] == [
+            (r["samples"], r["unique_images"]) for r in run["account"]]
+    assert "Not scored" in html
+    bad = dict(raw, recap={**raw["recap"], "train": {**TINY_TRAIN, "sources": ["paraphrase"]}})
+    (repo / "params.yaml").write_text(yaml.safe_dump(bad, sort_keys=False))
+    refused = sh(repo, "harness", "run", check=False, MLFLOW_TRACKING_URI=uri)
+    assert refused.returncode == 2 and "recap.train.sources ['paraphrase'] names a source" \
+        in refused.stderr

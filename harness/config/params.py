@@ -236,11 +236,9 @@ def _build(cls: type, section: dict[str, Any], path: Path, where: str) -> Any:
         raise ParamsError(f"{path}: {where}: {e}; fix the value in {path.name}") from e
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
-    each stage builds (and so validates) the configs it reads, and `harness.config.validate` builds
-    them all before the pipeline runs."""
-    path = Path(path)
+def read_top_level(path: Path) -> dict[str, Any]:
+    """params.yaml read, its top-level keys and its profile's name checked (a training profile
+    or the web-text one)."""
     try:
         raw = read_yaml(path, "run from the repository root or pass --params")
     except ContractError as e:
@@ -248,10 +246,23 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     _unknown(raw, TOP_LEVEL, "", path)
-    profile = raw.get("profile")
-    if profile not in PROFILES:
-        raise ParamsError(f"{path}: profile: unknown profile {profile!r}; choose one of "
-                          f"{list(PROFILES)} (e.g. `dvc exp run -S profile=world`)")
+    if raw.get("profile") not in (*PROFILES, *WEB_TEXT):
+        raise ParamsError(f"{path}: profile: unknown profile {raw.get('profile')!r}; choose one "
+                          f"of {[*PROFILES, *WEB_TEXT]} (e.g. `dvc exp run -S profile=world`)")
+    return raw
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
+    each stage builds (and so validates) the configs it reads, and `harness.config.validate` builds
+    them all before the pipeline runs."""
+    path = Path(path)
+    raw = read_top_level(path)
+    profile = raw["profile"]
+    if profile in WEB_TEXT:
+        raise ParamsError(f"{path}: profile: {profile} runs pipelines/{profile}/dvc.yaml "
+                          "(`harness run`); this stage belongs to the training profiles "
+                          f"{list(PROFILES)}")
     arms = raw.get("arms")
     if not isinstance(arms, list) or not arms or any(a not in ARMS for a in arms) \
             or len(set(arms)) != len(arms):

@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.audit.gate import AUDIT_PATH, add_gate_args, report_gate
-from harness.config.params import Params, load_params
+from harness.config.params import WEB_TEXT, Params, read_top_level
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json
 
@@ -71,6 +72,51 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_web_text(params: Path) -> str:
+    """The recap profile's inputs checked before any stage: its sections, every arm's config,
+    and the footers of the shards the subset reads (prh.recap.check_shards). Returns the
+    pipeline file."""
+    from harness.stages.recap import load_recap
+    from harness.stages.recap_train import configs, read_section
+    from prh.recap import check_shards
+
+    cfg = load_recap(params)
+    for arm in read_section(params)["arms"]:
+        configs(params, arm)
+    check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
+    return "pipelines/recap/dvc.yaml"
+
+
+def web_text(args: Any, fail_on: Any) -> int:
+    """`harness run` under `profile: recap`: check, then `dvc repro` the web-text pipeline."""
+    from harness.tracking.mlflow_runs import check_server
+
+    try:
+        if fail_on:
+            raise ContractError("harness run: --fail-on gates the audit's verdicts; the recap "
+                                "profile has no audit yet")
+        pipeline = check_web_text(args.params)
+        check_server()
+        why = None if args.check else busy_workspace(Path.cwd())
+        if why:
+            raise ContractError(f"harness run: {why}")
+    except ContractError as e:
+        return fail(e)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    if args.check:
+        print(f"run: {args.params} (profile recap) and its inputs are valid; `dvc status` "
+              "names the stages `harness run` would run:", flush=True)
+        return subprocess.run(["dvc", "status", pipeline], env=env).returncode \
+            if Path(".dvc").exists() else 0
+    if not Path(".dvc").exists():
+        subprocess.run(["dvc", "init", "-q"] + ([] if Path(".git").exists() else ["--no-scm"]),
+                       check=True)
+    code = subprocess.run(["dvc", "repro", pipeline, *args.dvc_args], env=env).returncode
+    if code == 0 and "--dry" not in args.dvc_args:
+        print("\nprofile recap: reports/recap.html and reports/recap.pdf are ready")
+    return code
+
+
 def main(argv: list[str]) -> int:
     """Validate params.yaml and the profile's inputs, then run every stage of dvc.yaml that
     is not up to date."""
@@ -96,7 +142,9 @@ def main(argv: list[str]) -> int:
         # read before `dvc repro` rewrites it: --baseline reports/audit.json is the last run's
         baseline = load_baseline(args.baseline) if args.baseline else None
         require_baseline(fail_on, baseline)  # before any stage runs
-        profile = load_params(args.params).profile
+        profile = read_top_level(args.params)["profile"]
+        if profile in WEB_TEXT:
+            return web_text(args, fail_on)
         raw = Path(PROFILE_RAW.format(profile=profile))
         params = preflight(args.params, raw)
         validate_params(params)

@@ -157,9 +157,11 @@ def code_words(text: Any) -> Markup:
     return Markup("".join([*out, str(escape(raw[last:]))]))
 
 
-def render(context: Mapping, templates: Path | None = None) -> str:
-    """The report HTML: autoescaped (captions and statements are data), self-contained
-    (inline SVG, embedded CSS and fonts, no script, no network)."""
+def render(context: Mapping, templates: Path | None = None,
+           name: str = "report.html.j2") -> str:
+    """The report HTML (`name`: the page template; the web-text report's is recap.html.j2):
+    autoescaped (captions and statements are data), self-contained (inline SVG, embedded CSS
+    and fonts, no script, no network)."""
     loader = jinja2.FileSystemLoader(templates or templates_dir())
     env = jinja2.Environment(loader=loader, autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -168,7 +170,7 @@ def render(context: Mapping, templates: Path | None = None) -> str:
     env.filters["ci"] = fmt_ci
     env.filters["ident"] = ident
     env.filters["code_words"] = code_words
-    template = env.get_template("report.html.j2")
+    template = env.get_template(name)
     draft = template.render(**context, font_css="")
     return template.render(**context, font_css=Markup(font_css(draft)))
 

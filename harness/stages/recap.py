@@ -13,17 +13,15 @@ from typing import Any
 
 from harness.records.schemas import RECAP_SUBSET
 from harness.stages.common import fail, stage_parser
-from prh.io import ContractError, atomic_dir, read_yaml, write_json
+from prh.io import ContractError, atomic_dir, write_json
 
 
 def load_recap(path: Path) -> Any:
-    """params.yaml's `recap` section (prh.recap.RecapConfig), the rest of the file validated."""
-    from harness.config.params import load_params
+    """params.yaml's `recap` section (prh.recap.RecapConfig), the file's top level checked."""
+    from harness.config.params import read_top_level
     from prh.recap import RecapConfig
 
-    load_params(path)
-    return RecapConfig.from_dict(read_yaml(path, "run from the repository root").get("recap"),
-                                 f"{path}: recap")
+    return RecapConfig.from_dict(read_top_level(path).get("recap"), f"{path}: recap")
 
 
 def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
@@ -69,12 +67,11 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
     sample = sample[:cfg.tokenizer_sample]
     tokenizer = train_tokenizer(sample, cfg.vocab_size)
     tokenizer.save(out / "tokenizer")
-    for path in written:
-        for batch in pq.ParquetFile(path).iter_batches(columns=names):
-            for name in names:
-                flat = [t for texts in batch.column(name).to_pylist() for t in texts]
-                counts[name]["tokens"] += sum(map(len, tokenizer.encode_batch(flat)))
-    unique = int(np.unique(np.concatenate(hashes)).size)
+    keys, key_ids = np.unique(np.concatenate(hashes), return_inverse=True)
+    tokens = tokenize(written, names, tokenizer, key_ids, out)
+    for name in names:
+        counts[name]["tokens"] = int(tokens[name])
+    unique = int(keys.size)
     return {"images": cfg.images, "unique_images": unique,
             "shards_read": [{"path": s.path.relative_to(cfg.data).as_posix(), "rows": s.rows}
                             for s in shards],
@@ -84,6 +81,42 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
                         for name, cols in cfg.sources},
             "tokenizer": {"vocab_size": tokenizer.vocab_size, "sample_texts": len(sample)},
             "written": [p.name for p in written]}
+
+
+def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any,
+             out: Path) -> dict[str, int]:
+    """The written texts tokenised, one list of token-id lists per source, with each row's
+    image (prh.stream.KEY_ID), saved as a `datasets` table in out/tokens (prh.stream reads it
+    memory-mapped); returns the tokens per source."""
+    import shutil
+
+    import datasets
+    import pyarrow.compute as pc
+
+    from prh.recap import KEY_ID, TOKENS
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        encoded = {}
+        for name in names:
+            ids = iter(tokenizer.encode_batch([t for texts in batch[name] for t in texts]))
+            encoded[name] = [[next(ids) for _ in texts] for texts in batch[name]]
+        return encoded
+
+    datasets.disable_progress_bars()  # the stage prints its own line
+    ids = datasets.List(datasets.List(datasets.Value("int32")))
+    cache = out / ".cache"
+    table = datasets.Dataset.from_parquet([str(p) for p in written], cache_dir=str(cache))
+    table = table.map(encode, batched=True, remove_columns=["row", "key"],
+                      features=datasets.Features({name: ids for name in names}),
+                      cache_file_name=str(cache / "tokens.arrow"))
+    table = table.add_column(KEY_ID, key_ids.astype("int64"))
+    table.save_to_disk(str(out / TOKENS))
+    arrow = table.data.table
+    totals = {name: pc.sum(pc.list_value_length(pc.list_flatten(arrow.column(name)))).as_py()
+              or 0 for name in names}
+    del table, arrow
+    shutil.rmtree(cache)
+    return totals
 
 
 def main(argv: list[str]) -> int:

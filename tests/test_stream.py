@@ -1,0 +1,135 @@
+"""Web-text training on a stream (prh.stream, prh.train_stream) over the miniature Recap-style
+corpus of tests/test_recap.py: the sample order, the account checked by hand, and a killed run
+resumed to the same batches and weights as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from harness.stages.recap import main as recap_main
+from prh.stream import ACCOUNT, StreamConfig, StreamData, log_schedule, sample_rows
+from prh.tokenizer import Tokenizer
+from prh.train_config import TrainConfig
+from prh.train_stream import train_stream
+from tests.test_recap import ROOT, write_corpus
+
+TINY = {"hidden": 16, "layers": 1, "heads": 2, "intermediate": 32, "dropout": 0.1,
+        "proj_dim": 16, "proj_hidden": 32}
+
+
+@pytest.fixture(scope="module")
+def subset(tmp_path_factory) -> Path:
+    """The whole 9-image corpus, written by the recap stage (texts, tokenizer, tokens)."""
+    tmp = tmp_path_factory.mktemp("stream")
+    root = write_corpus(tmp / "raw")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["recap"].update(data=str(root), images=9, vocab_size=60, tokenizer_sample=100)
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    assert recap_main(["--params", str(tmp / "params.yaml"), "--out", str(tmp / "subset")]) == 0
+    return tmp / "subset"
+
+
+def cfg(arm: str = "good", **kw) -> TrainConfig:
+    return TrainConfig.from_dict({"arm": arm, "seed": 5, "batch_size": 2, "lr": 1e-3,
+                                  "n_slices": 8, "max_len": 12, "device": "cpu",
+                                  "model": TINY, **kw})
+
+
+def stream(**kw) -> StreamConfig:
+    d = {"sources": ("alt", "recap"), "samples": 11, "warmup_samples": 2,
+         "first_checkpoint": 2, "per_decade": 2, "save_every": 2}
+    return StreamConfig(**{**d, **kw})
+
+
+def test_log_schedule_is_even_on_the_log_axis_and_ends_at_the_run() -> None:
+    assert log_schedule(100_000, 21_600_000, 4) == (
+        100_000, 177_828, 316_228, 562_341, 1_000_000, 1_778_279, 3_162_278, 5_623_413,
+        10_000_000, 17_782_794, 21_600_000)
+    assert log_schedule(2, 11, 2) == (2, 6, 11)
+    assert log_schedule(5, 5, 3) == (5,)
+    assert log_schedule(1, 4, 8) == (1, 2, 3, 4)  # rounding never repeats a count
+
+
+def test_each_epoch_is_a_permutation_and_the_order_ignores_how_it_is_read() -> None:
+    n = 7
+    every = sample_rows(3, 0, 5 * n, n)
+    for e in range(5):
+        assert sorted(every[e * n:(e + 1) * n]) == list(range(n))
+    assert not np.array_equal(every[:n], every[n:2 * n])  # each epoch reshuffles
+    pieces = np.concatenate([sample_rows(3, s, c, n) for s, c in ((0, 3), (3, 9), (12, 23))])
+    assert np.array_equal(pieces, every)
+
+
+def test_a_source_the_subset_lacks_is_refused_naming_what_it_has(subset: Path) -> None:
+    with pytest.raises(Exception, match=r"no source \['paraphrase'\] \(it has \['alt', "
+                                        r"'recap'\]\)"):
+        StreamData.open(subset, ["paraphrase"])
+
+
+@pytest.mark.parametrize("arm", ["good", "bad", "ntp"])
+def test_the_account_is_exact_against_the_drawn_samples(subset: Path, tmp_path: Path,
+                                                        arm: str) -> None:
+    """samples, unique images and texts by hand from the order and the written texts: a good-
+    view sample reads every text of its sources, a bad-view or next-token sample one."""
+    import pyarrow.parquet as pq
+
+    data = StreamData.open(subset, ["alt", "recap"])
+    tok = Tokenizer.load(subset / "tokenizer")
+    rows = train_stream(cfg(arm), stream(), data, tok, tmp_path)
+    assert [r["samples"] for r in rows] == [2, 6, 12]  # the step that reaches 2, 6 and 11
+    assert all(list(r) == list(ACCOUNT) for r in rows)  # the row the report reads
+    texts = [r for f in sorted(subset.glob("texts-*.parquet"))
+             for r in pq.read_table(f).to_pylist()]
+    assert len(texts) == 9 and data.rows.size == 9  # every image has a text of alt or recap
+    for row in rows:
+        drawn = sample_rows(5, 0, row["samples"], 9)
+        assert row["unique_images"] == len({texts[i]["key"] for i in drawn})
+        offered = [len(texts[i]["alt"]) + len(texts[i]["recap"]) for i in drawn]
+        assert row["texts"] == (sum(offered) if arm == "good" else row["samples"])
+        assert row["tokens"] <= row["texts"] * (12 - 2)
+    if arm == "good":  # every text read whole: the tokens are the texts' own, cut at 10
+        drawn = sample_rows(5, 0, 12, 9)
+        by_hand = sum(min(len(tok.encode(t)), 10) for i in drawn
+                      for t in texts[i]["alt"] + texts[i]["recap"])
+        assert rows[-1]["tokens"] == by_hand
+    snaps = sorted((tmp_path / "snapshots").iterdir())
+    assert [p.name for p in snaps] == [f"samples-{n:012d}.pt" for n in (2, 6, 12)]
+    assert json.loads((tmp_path / "accounting.json").read_text()) == rows
+
+
+@pytest.mark.parametrize("arm", ["good", "ntp"])
+def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(subset: Path, tmp_path: Path,
+                                                              arm: str) -> None:
+    """Killed after step 5 (scored at steps 1 and 3, saved at step 4: step 5 is lost), then
+    resumed: the same account rows (loss included) and bitwise the same weights; with dropout
+    on, so the random streams must line up too."""
+    data = StreamData.open(subset, ["alt", "recap"])
+    tok = Tokenizer.load(subset / "tokenizer")
+    whole = train_stream(cfg(arm), stream(), data, tok, tmp_path / "whole")
+    train_stream(cfg(arm), stream(), data, tok, tmp_path / "killed", stop_after=5)
+    assert json.loads((tmp_path / "killed/accounting.json").read_text()) == whole[:2]
+    assert torch.load(tmp_path / "killed/checkpoint.pt", weights_only=True)["step"] == 4
+    # two more steps from the checkpoint reach step 6, the third scored one (a fresh start
+    # would have reached step 2); then the rest
+    assert train_stream(cfg(arm), stream(), data, tok, tmp_path / "killed",
+                        stop_after=2) == whole[:3]
+    resumed = train_stream(cfg(arm), stream(), data, tok, tmp_path / "killed")
+    assert resumed == whole
+    for name in ("samples-000000000006.pt", "samples-000000000012.pt"):
+        a, b = (torch.load(tmp_path / run / "snapshots" / name, weights_only=True)["encoder"]
+                for run in ("whole", "killed"))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_another_runs_checkpoint_is_refused(subset: Path, tmp_path: Path) -> None:
+    data = StreamData.open(subset, ["alt", "recap"])
+    tok = Tokenizer.load(subset / "tokenizer")
+    train_stream(cfg(), stream(), data, tok, tmp_path, stop_after=2)
+    with pytest.raises(Exception, match="checkpoint.pt: written by run .* delete"):
+        train_stream(cfg(), stream(samples=13), data, tok, tmp_path)
