@@ -133,3 +133,46 @@ def test_another_runs_checkpoint_is_refused(subset: Path, tmp_path: Path) -> Non
     train_stream(cfg(), stream(), data, tok, tmp_path, stop_after=2)
     with pytest.raises(Exception, match="checkpoint.pt: written by run .* delete"):
         train_stream(cfg(), stream(samples=13), data, tok, tmp_path)
+
+
+def test_a_stage_killed_by_sigkill_resumes_to_the_uninterrupted_account_and_weights(
+        subset: Path, tmp_path: Path) -> None:
+    """`harness recap_train` killed with SIGKILL soon after its first checkpoint leaves no
+    output, and rerun it ends with the account rows and snapshot weights of a run never
+    killed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_recap import TINY_TRAIN
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["recap"]["train"] = {**TINY_TRAIN, "samples": 600, "save_every": 5}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "OMP_NUM_THREADS": "1"}
+
+    def stage(name: str) -> list[str]:
+        return [sys.executable, "-m", "harness.cli", "recap_train", "--params",
+                str(tmp_path / "params.yaml"), "--arm", "good", "--subset", str(subset),
+                "--work", str(tmp_path / name / "work"), "--out", str(tmp_path / name / "out")]
+
+    subprocess.run(stage("whole"), env=env, check=True, capture_output=True, cwd=ROOT)
+    proc = subprocess.Popen(stage("killed"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "killed/work").glob("*/checkpoint.pt")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint before the end"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL and not (tmp_path / "killed/out").exists()
+    subprocess.run(stage("killed"), env=env, check=True, capture_output=True, cwd=ROOT)
+    whole, killed = (json.loads((tmp_path / n / "out/run.json").read_text())
+                     for n in ("whole", "killed"))
+    assert killed["account"] == whole["account"] and len(whole["account"]) == 6
+    for snap in sorted((tmp_path / "whole/out/snapshots").iterdir()):
+        a, b = (torch.load(d / snap.name, weights_only=True)["encoder"]
+                for d in (snap.parent, tmp_path / "killed/out/snapshots"))
+        assert all(torch.equal(a[k], b[k]) for k in a), snap.name
