@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "web texts: a Recap-DataComp subset's texts, tokenizer and counts (recap section)"),
     "recap_train": ("harness.stages.recap_train:main",
                     "web texts: train one arm on the subset's stream, with its account"),
+    "recap_score": ("harness.stages.recap_score:main",
+                    "web texts: each run's snapshots scored on WIT-1024 and Flickr30k"),
     "recap_report": ("harness.stages.recap_report:main",
                      "web texts: the HTML and PDF report of the subset and its runs"),
     "aggregate": ("harness.stages.aggregate:main",

@@ -27,6 +27,8 @@ from prh.io import ContractError, atomic_path
 from prh.tokenizer import Tokenizer
 
 CHECKPOINT_FORMAT = "prh.checkpoint/1"
+STREAM_CHECKPOINT = "prh.stream_checkpoint/1"  # a web-text run's resume file (prh.train_stream)
+SNAPSHOT = "prh.encoder_snapshot/1"  # a scored checkpoint: the encoder alone, and its account
 
 
 def seed_epoch(seed: int, epoch: int, rank: int) -> np.random.Generator:

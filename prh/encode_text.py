@@ -1,5 +1,6 @@
 """Text embeddings from a trained text encoder: `encode(texts) -> float32 [n, D]`, during
-training (the evaluation hook) or from a finished run's checkpoint; and the next-token arm's
+training (the evaluation hook) or from a finished run's checkpoint, and every layer's
+(`make_layer_encode`, what a web-text run's snapshots are scored on); and the next-token arm's
 validation loss during training (`make_val_loss`). Image embeddings are prh.embed's.
 """
 
@@ -12,10 +13,10 @@ import numpy as np
 import torch
 
 from prh.batches import trim
-from prh.checkpoint import read_checkpoint, tokenizer_from_files
+from prh.checkpoint import SNAPSHOT, read_checkpoint, tokenizer_from_files
 from prh.io import ContractError
 from prh.losses import ntp_loss
-from prh.models import TextEncoder, TextEncoderConfig
+from prh.models import TextEncoder, TextEncoderConfig, attention_mask
 from prh.tokenizer import Tokenizer
 from prh.views import collate_ntp
 
@@ -91,3 +92,39 @@ def load_text_encoder(out_dir: Path, device: str = "cpu") -> Callable[[list[str]
     tokenizer = tokenizer_from_files(ckpt["tokenizer_files"])
     return make_encode(encoder, tokenizer, ckpt["config"]["train"]["max_len"],
                        torch.device(device))
+
+
+def make_layer_encode(encoder: TextEncoder, tokenizer: Tokenizer, max_len: int,
+                      device: torch.device, batch_size: int = 256
+                      ) -> Callable[[list[str]], np.ndarray]:
+    """layers(texts) -> float32 [n, L + 1, D]: every hidden state (the embeddings' output, then
+    each layer's), each pooled as the encoder pools its last (TextEncoder.pool), in eval mode;
+    the texts read as `make_encode` reads them, so the last layer is its embedding. prh.layers
+    scores them pair by pair with an image encoder's (platonic-rep's best layer pair)."""
+
+    @torch.no_grad()
+    def layers(texts: list[str]) -> np.ndarray:
+        was_training = encoder.training
+        encoder.eval()
+        out = []
+        for i in range(0, len(texts), batch_size):
+            chunk = tokenizer.encode_batch(list(texts[i: i + batch_size]))
+            tokens, mask = (x.to(device) for x in trim(*collate_ntp(chunk, max_len, tokenizer)))
+            hidden = encoder.bert(input_ids=tokens, output_hidden_states=True, use_cache=False,
+                                  attention_mask=attention_mask(mask, encoder.cfg.causal)
+                                  ).hidden_states
+            out.append(torch.stack([encoder.pool(h, mask) for h in hidden], 1).float().cpu())
+        encoder.train(was_training)
+        return torch.cat(out).numpy()
+
+    return layers
+
+
+def load_snapshot(path: Path, device: str = "cpu") -> tuple[TextEncoder, Tokenizer, int, dict]:
+    """(encoder, its tokenizer, max_len, the run's account there) of a web-text run's snapshot
+    (prh.train_stream)."""
+    ckpt = read_checkpoint(Path(path), SNAPSHOT)
+    encoder = TextEncoder(TextEncoderConfig(**ckpt["encoder_config"]))
+    encoder.load_state_dict(ckpt["encoder"], strict=True)
+    return (encoder.to(device), tokenizer_from_files(ckpt["tokenizer_files"]), ckpt["max_len"],
+            dict(ckpt["account"]))

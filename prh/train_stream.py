@@ -27,6 +27,8 @@ import torch.distributed as dist
 
 from prh.batches import CaptionBank, step_groups
 from prh.checkpoint import (
+    SNAPSHOT,
+    STREAM_CHECKPOINT,
     UnreadableCheckpoint,
     read_checkpoint,
     seed_epoch,
@@ -42,8 +44,6 @@ from prh.tokenizer import Tokenizer
 from prh.train import build_state, lr_at, train_step
 from prh.train_config import TrainConfig, encoder_config, resolve, run_identity, view_config
 
-STREAM_CHECKPOINT = "prh.stream_checkpoint/1"
-SNAPSHOT = "prh.encoder_snapshot/1"  # a scored checkpoint: the encoder alone, and its account
 OnCheckpoint = Callable[[dict[str, Any]], None]
 
 

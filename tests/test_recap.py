@@ -169,7 +169,7 @@ def test_dvc_repro_runs_the_recap_pipeline_and_reruns_it_only_when_recap_changes
     from tiny_world import sh
 
     repo, raw = recap_repo(tmp_path, images=7, vocab_size=60, tokenizer_sample=10,
-                           train=TINY_TRAIN)
+                           train=TINY_TRAIN, score=[])
     first = sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml")
     assert "Running stage 'pipelines/recap/dvc.yaml:recap'" in first.stdout
     assert "Running stage 'pipelines/recap/dvc.yaml:recap_train@ntp'" in first.stdout
@@ -207,7 +207,7 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
     from tiny_world import sh
 
     repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
-                           train=TINY_TRAIN)
+                           train=TINY_TRAIN, score=[])
     raw["profile"] = "recap"
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -235,3 +235,8 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
     refused = sh(repo, "harness", "run", check=False, MLFLOW_TRACKING_URI=uri)
     assert refused.returncode == 2 and "recap.train.sources ['paraphrase'] names a source" \
         in refused.stderr
+    unscored = dict(raw, recap={**raw["recap"], "score": ["wit1024"]})  # no WIT-1024 here
+    (repo / "params.yaml").write_text(yaml.safe_dump(unscored, sort_keys=False))
+    refused = sh(repo, "harness", "run", check=False, MLFLOW_TRACKING_URI=uri)
+    assert refused.returncode == 2 and "data/wit1024" in refused.stderr \
+        and "or set recap.score: [] to train without scoring" in refused.stderr

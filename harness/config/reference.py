@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.params import ParamsError, _unknown, load_params
+from harness.config.params import WEB_TEXT, ParamsError, _unknown, load_params, read_top_level
 from prh.calibrate import MIN_PERMUTATIONS
 from prh.features import DTYPES, PRECISIONS
 from prh.io import read_yaml
@@ -159,9 +159,11 @@ def _flickr(raw: Any, where: str, path: Path) -> FlickrMap:
 
 
 def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
-    """The `wit1024` section, checked whole; the rest of params.yaml is validated too."""
+    """The `wit1024` section, checked whole; the rest of params.yaml is validated too (the
+    training profile's sections; under the web-text profile its top level)."""
     path = Path(path)
-    load_params(path)
+    if read_top_level(path)["profile"] not in WEB_TEXT:
+        load_params(path)
     raw = read_yaml(path, "run from the repository root or pass --params")
     where = f"{path}: {SECTION}"
     sec = raw.get(SECTION)

@@ -74,15 +74,17 @@ def _alive(pid: int) -> bool:
 
 def check_web_text(params: Path) -> str:
     """The recap profile's inputs checked before any stage: its sections, every arm's config,
-    and the footers of the shards the subset reads (prh.recap.check_shards). Returns the
-    pipeline file."""
+    the scoring benchmarks' data and the footers of the shards the subset reads
+    (prh.recap.check_shards). Returns the pipeline file."""
     from harness.stages.recap import load_recap
+    from harness.stages.recap_score import check_inputs, read_score
     from harness.stages.recap_train import configs, read_section
     from prh.recap import check_shards
 
     cfg = load_recap(params)
     for arm in read_section(params)["arms"]:
         configs(params, arm)
+    check_inputs(params, read_score(params))  # the benchmarks' data, before hours of training
     check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
     return "pipelines/recap/dvc.yaml"
 

@@ -41,7 +41,7 @@ PROTOCOL = {
                  "FOSCTTM midranks) and zero-shot on the class sets (prh.zeroshot)"}
 
 
-def _digest(wit: Wit) -> str:
+def wit_digest(wit: Wit) -> str:
     h = hashlib.sha256()
     for text, image in zip(wit.texts, wit.images, strict=True):
         h.update(text.encode())
@@ -57,7 +57,7 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def _vision(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def vision_layers(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from prh.features import load_vision_model, vision_features
     from prh.layers import clip_outliers
 
@@ -253,7 +253,7 @@ def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInp
     return out
 
 
-def _flickr(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
+def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
     """Table 3's last column for one text encoder: R@1 on the test pairs of a map fitted on
     every train pair and the val pairs (prh.align, ties against the true pair), with its
     interval over the test pairs."""
@@ -303,7 +303,7 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
             sts_out[t.name] = {"spearman": rho, "n": int(len(sts.scores)), "path": str(cfg.stsb)}
             print(f"reference: {t.name}: STS-B Spearman {rho:.4f} over {len(sts.scores)} pairs")
         if flickr is not None:
-            flickr_out[t.name] = got = _flickr(cfg, last_layer, flickr)
+            flickr_out[t.name] = got = flickr_recall(cfg, last_layer, flickr)
             print(f"reference: {t.name}: Flickr30k " + (got.get("skipped") or (
                 f"R@1 {got['r_at_1']:.4f} with the {got['n_pairs']}-pair map")))
         if flickr is not None and pf is not None:
@@ -355,9 +355,17 @@ def _sts_arms(cfg: ReferenceConfig, sts: Sts, runs: dict[Path, dict[str, Any]]
     return out
 
 
+def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
+    """The bootstrap interval of a best pair's score over the WIT items."""
+    from harness.stats.estimators import bootstrap_ci
+
+    ci = bootstrap_ci(per_item, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    return {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
+            "resamples": "the WIT items, at the best layer pair", "n_resamples": ci.n_resamples}
+
+
 def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
            vision: dict[str, np.ndarray]) -> dict[str, Any]:
-    from harness.stats.estimators import bootstrap_ci
     from prh import calibrate
     from prh.layers import LayerAlignment
 
@@ -372,13 +380,7 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
                 if cfg.n_permutations:
                     null = la.null(calibrate.permutations(la.n, cfg.n_permutations, cfg.seed))
                     cal = calibrate.calibrate(obs.best, null, alpha=cfg.alpha)
-                interval = None
-                if obs.per_item is not None:
-                    ci = bootstrap_ci(obs.per_item, level=cfg.ci_level,
-                                      n_resamples=cfg.n_resamples, seed=cfg.seed)
-                    interval = {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
-                                "resamples": "the WIT items, at the best layer pair",
-                                "n_resamples": ci.n_resamples}
+                interval = None if obs.per_item is None else item_interval(cfg, obs.per_item)
                 out[pair_key(tname, vname, metric, k)] = {
                     "text": tname, "vision": vname, "metric": metric_key(metric, k), "k": k,
                     "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
@@ -435,7 +437,7 @@ def main(argv: list[str]) -> int:
     if args.check:
         return 0
     try:
-        vision, vision_info = _vision(cfg, wit)
+        vision, vision_info = vision_layers(cfg, wit)
         class_img = _class_images(pf) if pf else {}
         text, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
                                                              class_img)
@@ -445,7 +447,7 @@ def main(argv: list[str]) -> int:
     except (FeatureError, ContractError) as e:
         return fail(e)
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
-                    "sha256": _digest(wit)},
+                    "sha256": wit_digest(wit)},
            "protocol": {**PROTOCOL, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
                         "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
                         "seed": cfg.seed},

@@ -1,0 +1,140 @@
+"""Stage `recap_score` (pipelines/recap/dvc.yaml): every snapshot of every web-text run scored
+on the benchmarks `recap.score` names, with the evaluation-only pipeline's protocols
+(harness.stages.reference) and its `wit1024` section's data and settings:
+
+- wit1024: the best-layer mutual k-NN (k = wit1024.k) of the snapshot's every layer against
+  every layer of the section's first vision encoder (DINOv2 ViT-B: Table 7's and Appendix C's
+  reference), each clipped as platonic-rep clips, with its interval over the WIT items at the
+  best pair;
+- flickr30k: R@1 of the Procrustes map fitted on the train and val pairs of `wit1024.flickr`
+  (the flickr30k profile's Karpathy file and image stage), test pairs, ties against.
+
+The WIT folder, the vision weights and the flickr30k files are not DVC deps (the wit1024
+pipeline's rule): the scores record the WIT items' digest and the vision encoder's identity,
+so after replacing either run `dvc repro -f pipelines/recap/dvc.yaml:recap_score`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from harness.stages.common import fail, stage_parser
+from prh.io import ContractError, read_yaml, write_json
+
+BENCHMARKS = ("wit1024", "flickr30k")
+
+
+def read_score(path: Path) -> tuple[str, ...]:
+    """params.yaml's `recap.score`: the benchmarks, each once, in BENCHMARKS."""
+    names = (read_yaml(path, "run from the repository root").get("recap") or {}).get("score")
+    if not isinstance(names, list) or not set(names) <= set(BENCHMARKS) \
+            or len(set(names)) != len(names):
+        raise ContractError(f"{path}: recap.score: a list of distinct benchmarks from "
+                            f"{list(BENCHMARKS)} ([] trains without scoring), got {names!r}")
+    return tuple(names)
+
+
+def check_inputs(path: Path, names: tuple[str, ...]) -> Any:
+    """The wit1024 section (harness.config.reference) when a benchmark is named, its inputs
+    for those benchmarks checked present; None when none is."""
+    from harness.config.reference import FLICKR_SPLITS, load_reference
+
+    if not names:
+        return None
+    cfg = load_reference(path)
+    cfg = dataclasses.replace(cfg, vision=cfg.vision[:1])  # the paper's reference encoder
+    missing = []
+    if "wit1024" in names:
+        missing += [p for p in (cfg.data, cfg.vision[0].weights) if not p.exists()]
+    if "flickr30k" in names:
+        if cfg.flickr is None:
+            raise ContractError(f"{path}: recap.score names flickr30k and wit1024.flickr is "
+                                "not set; set it ({dataset, image}, after the flickr30k "
+                                "profile's image stage) or drop flickr30k from recap.score")
+        missing += [p for p in (cfg.flickr.dataset,
+                                *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS))
+                    if not p.exists()]
+    if missing:
+        raise ContractError(f"{path}: recap.score {list(names)} needs "
+                            + ", ".join(str(p) for p in missing) + ", missing; download WIT-1024 "
+                            "and DINOv2 (README, \"Public encoders on WIT-1024\"), or set "
+                            "recap.score: [] to train without scoring")
+    return cfg
+
+
+def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any,
+                   flickr: Any) -> dict[str, Any]:
+    """One snapshot's scores: its account's counts and each benchmark's score."""
+    import torch
+
+    from harness.records.reference import metric_key
+    from harness.stages.reference import flickr_recall, item_interval
+    from prh.encode_text import load_snapshot, make_encode, make_layer_encode
+    from prh.layers import LayerAlignment, clip_outliers
+
+    encoder, tokenizer, max_len, account = load_snapshot(snapshot, cfg.device)
+    device = torch.device(cfg.device)
+    out: dict[str, Any] = {"snapshot": snapshot.name, "samples": account["samples"]}
+    if wit is not None:
+        layers = make_layer_encode(encoder, tokenizer, max_len, device, cfg.batch_size)
+        x = clip_outliers(layers(wit.texts), cfg.q_outlier, cfg.clip_mode)
+        obs = LayerAlignment(x, vision, "mutual_knn", cfg.k).observed()
+        out["wit1024"] = {"metric": metric_key("mutual_knn", cfg.k), "best": obs.best,
+                          "pair": list(obs.pair), "interval": item_interval(cfg, obs.per_item)}
+    if flickr is not None:
+        out["flickr30k"] = flickr_recall(cfg, make_encode(encoder, tokenizer, max_len, device,
+                                                          cfg.batch_size), flickr)
+    return out
+
+
+def score_of(row: dict[str, Any], benchmark: str) -> float | str:
+    """A scored row's number for `benchmark` (WIT: the best pair's; Flickr30k: R@1), or why
+    there is none."""
+    got = row[benchmark]
+    return got.get("best", got.get("r_at_1", got.get("skipped", "not scored")))
+
+
+def main(argv: list[str]) -> int:
+    """Score the snapshots of each arm of recap.train.arms in --runs-dir on recap.score's
+    benchmarks; write the scores to --out."""
+    parser = stage_parser("recap_score", main.__doc__)
+    parser.add_argument("--runs-dir", type=Path, required=True,
+                        help="the recap_train stages' folders' parent (runs/recap)")
+    parser.add_argument("--out", type=Path, required=True, help="the scores JSON")
+    args = parser.parse_args(argv)
+    from harness.records.schemas import RECAP_SCORES
+    from harness.stages.recap_train import read_section
+    from harness.stages.reference import read_flickr, vision_layers, wit_digest
+    from prh.wit import WitError, read_wit
+
+    try:
+        names = read_score(args.params)
+        arms = read_section(args.params)["arms"]
+        cfg = check_inputs(args.params, names)
+        snapshots = {arm: sorted((args.runs_dir / arm / "snapshots").glob("samples-*.pt"))
+                     for arm in arms}
+        wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows) \
+            if "wit1024" in names else None
+        flickr = read_flickr(cfg) if "flickr30k" in names else None
+    except (ContractError, WitError) as e:
+        return fail(e)
+    doc: dict[str, Any] = {"schema": str(RECAP_SCORES), "benchmarks": list(names), "arms": {}}
+    vision = None
+    if wit is not None:
+        feats, info = vision_layers(cfg, wit)
+        vision = feats[cfg.vision[0].name]
+        doc["wit1024"] = {"data": str(cfg.data), "n": len(wit.texts), "sha256": wit_digest(wit),
+                          "vision": {"name": cfg.vision[0].name, **info[cfg.vision[0].name]},
+                          "k": cfg.k, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode}}
+    if flickr is not None:
+        doc["flickr30k"] = {"dataset": str(cfg.flickr.dataset), "image": str(cfg.flickr.image)}
+    for arm, paths in snapshots.items():
+        doc["arms"][arm] = [score_snapshot(p, cfg, wit, vision, flickr) for p in paths] \
+            if names else []
+        for row in doc["arms"][arm]:
+            print(f"recap_score: {arm} at {row['samples']:,} samples: "
+                  + ", ".join(f"{b} {score_of(row, b)}" for b in names))
+    write_json(args.out, doc)
+    print(f"recap_score: {args.out} ({', '.join(names) or 'no benchmark named: nothing scored'})")
+    return 0
