@@ -41,3 +41,27 @@ def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
     assert (one["speed"]["passes"], split["speed"]["passes"]) == ("one", "split")
     assert ntp["arm"] == "ntp"
     assert "projected 200-epoch Flickr30k arm" in proc.stdout
+
+
+def test_recap_bench_times_the_stream_step_and_projects_each_subset_size(tmp_path: Path) -> None:
+    """bench/recap.py on a synthetic subset (tiny preset, CPU): the tokens/s it prints is its
+    view tokens over its step time, and the projection is samples x view tokens per sample
+    over the GPU figure it was given."""
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps({"tokens_per_s": 1e6, "device": "cuda:0"}))
+    out = tmp_path / "recap.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "recap.py"), "--preset", "tiny", "--batch", "8",
+         "--steps", "2", "--images", "64", "--arm", "bad", "--gpu-figures", str(gpu),
+         "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["texts_per_sample"] == 1.0 and r["tokens_per_sample"] <= 62  # one text, cut
+    assert r["view_tokens_per_sample"] > 8 * 2  # 8 views, [CLS] and [SEP] at least
+    rows = r["projection"]["rows"]
+    assert [row["samples"] for row in rows] == [21_600_000, 2_240_000, 50_000_000,
+                                                100_000_000, 940_000_000]
+    for row in rows:
+        assert row["hours"] == pytest.approx(row["samples"] * r["view_tokens_per_sample"]
+                                             / 1e6 / 3600)
+    assert "cuda:0" in proc.stdout

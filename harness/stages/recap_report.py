@@ -20,8 +20,8 @@ def main(argv: list[str]) -> int:
                         help="the recap_train stages' folders' parent (runs/recap)")
     parser.add_argument("--scores", type=Path, required=True,
                         help="the recap_score stage's JSON")
-    parser.add_argument("--html", type=Path, required=True)
-    parser.add_argument("--pdf", type=Path, required=True)
+    parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
+    parser.add_argument("--pdf", type=Path, required=True, help="the PDF report to write")
     args = parser.parse_args(argv)
     from harness.records.schemas import RECAP_RUN, RECAP_SCORES, RECAP_SUBSET
     from harness.report.recap import recap_context
