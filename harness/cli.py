@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "evaluation only: public encoders on WIT-1024 and STS-B (wit1024 section)"),
     "recap": ("harness.stages.recap:main",
               "web texts: a Recap-DataComp subset's texts, tokenizer and counts (recap section)"),
+    "recap_paraphrase": ("harness.stages.recap_paraphrase:main",
+                         "web texts: Table 7's paraphrase source, by a local instruction model"),
     "recap_train": ("harness.stages.recap_train:main",
                     "web texts: train one arm on the subset's stream, with its account"),
     "recap_score": ("harness.stages.recap_score:main",

@@ -52,7 +52,7 @@ class RecapConfig:
     def from_dict(cls, d: Mapping[str, Any], where: str = "recap") -> RecapConfig:
         """Strict build: unknown or missing keys, wrong types and empty sources raise."""
         known = {"data", "images", "sources", "key", "vocab_size", "tokenizer_sample",
-                 "train", "score"}  # the runs' sections (harness.stages.recap_train, _score)
+                 "train", "score", "paraphrase"}  # the stages after the subset's own
         if not isinstance(d, Mapping):
             raise RecapError(f"{where}: expected a mapping with {sorted(known)}")
         unknown = sorted(set(d) - known)

@@ -121,8 +121,11 @@ class StreamData:
     n_keys: int
 
     @classmethod
-    def open(cls, subset: Path, sources: Sequence[str]) -> StreamData:
-        """The subset folder's tokenised texts (harness.stages.recap writes them)."""
+    def open(cls, subset: Path, sources: Sequence[str],
+             paraphrase: Path | None = None) -> StreamData:
+        """The subset folder's tokenised texts (harness.stages.recap writes them), and the
+        paraphrase source's beside them when `paraphrase` holds it
+        (harness.stages.recap_paraphrase)."""
         import datasets
         import pyarrow.compute as pc
 
@@ -131,12 +134,19 @@ class StreamData:
             raise StreamError(f"{path}: no tokenised subset; run the recap stage "
                               "(`dvc repro pipelines/recap/dvc.yaml`)")
         table = datasets.load_from_disk(str(path))
+        extra = Path(paraphrase) / TOKENS if paraphrase else None
+        if extra is not None and (extra / "dataset_info.json").is_file():
+            more = datasets.load_from_disk(str(extra))
+            if more.num_rows != table.num_rows:
+                raise StreamError(f"{extra}: {more.num_rows} rows for the subset's "
+                                  f"{table.num_rows}; rerun the recap_paraphrase stage")
+            table = datasets.concatenate_datasets([table, more], axis=1)
         missing = [s for s in sources if s not in table.column_names]
         if missing:
             have = [c for c in table.column_names if c != KEY_ID]
             raise StreamError(f"{path}: no source {missing} (it has {have}); name sources "
-                              "the recap stage wrote in recap.train.sources, or add them to "
-                              "recap.sources")
+                              "the recap stage wrote in recap.train.sources, add them to "
+                              "recap.sources, or set recap.paraphrase.model for paraphrase")
         arrow = table.data.table
         counts = sum(pc.list_value_length(arrow.column(s)).fill_null(0).to_numpy()
                      for s in sources)

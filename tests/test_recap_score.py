@@ -143,9 +143,13 @@ def test_the_report_shows_each_snapshots_score_beside_its_account(subset: Path, 
         scores["arms"][arm] = [{"samples": r["samples"], "wit1024": {"best": 0.1 * (j + 1) + i}}
                                for j, r in enumerate(rows)]
     (tmp_path / "scores.json").write_text(json.dumps(scores))
+    (tmp_path / "para").mkdir()
+    (tmp_path / "para/summary.json").write_text(json.dumps({"schema": "prh.recap_paraphrase/1",
+                                                            "paraphrase": None}))
     html = tmp_path / "recap.html"
     assert report_main(["--params", str(tmp_path / "params.yaml"), "--subset", str(subset),
                         "--runs-dir", str(tmp_path), "--scores", str(tmp_path / "scores.json"),
+                        "--paraphrase", str(tmp_path / "para"),
                         "--html", str(html), "--pdf", str(tmp_path / "recap.pdf")]) == 0
     text = html.read_text()
     for arm in ("good", "ntp"):

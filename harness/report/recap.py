@@ -90,8 +90,9 @@ def reach(target: Mapping[str, Any], other: Mapping[str, Any], i: int,
                        ("samples", "tokens", "unique_images")]}
 
 
-def recap_context(summary: Mapping[str, Any], runs: list[Mapping[str, Any]],
-                  scores: Mapping[str, Any], created: str | None) -> dict[str, Any]:
+def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | None,
+                  runs: list[Mapping[str, Any]], scores: Mapping[str, Any],
+                  created: str | None) -> dict[str, Any]:
     """The template's context: the subset, each arm with its scores, where next-token reaches
     good views' score, and the notes that bound their reading."""
     benchmarks = list(scores["benchmarks"])
@@ -110,7 +111,8 @@ def recap_context(summary: Mapping[str, Any], runs: list[Mapping[str, Any]],
                        "sources": [{"name": n, **s} for n, s in summary["sources"].items()],
                        "tokenizer": summary["tokenizer"],
                        "shards": len(summary["shards_read"])},
-            "arms": arms, "paper_units": PAPER_UNITS, "texts_ratio": texts_ratio,
+            "paraphrase": paraphrase, "arms": arms, "paper_units": PAPER_UNITS,
+            "texts_ratio": texts_ratio,
             "benchmarks": [LABELS[b].format(metric=f"mutual {k}-NN") for b in benchmarks],
             "reaches": reaches, "scored": scores.get("wit1024"),
             "not_scored": None if benchmarks else NOT_SCORED, "not_judged": NOT_JUDGED}

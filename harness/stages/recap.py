@@ -86,8 +86,8 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
 def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any,
              out: Path) -> dict[str, int]:
     """The written texts tokenised, one list of token-id lists per source, with each row's
-    image (prh.stream.KEY_ID), saved as a `datasets` table in out/tokens (prh.stream reads it
-    memory-mapped); returns the tokens per source."""
+    image (prh.stream.KEY_ID; None: no such column), saved as a `datasets` table in out/tokens
+    (prh.stream reads it memory-mapped); returns the tokens per source."""
     import shutil
 
     import datasets
@@ -106,10 +106,12 @@ def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any
     ids = datasets.List(datasets.List(datasets.Value("int32")))
     cache = out / ".cache"
     table = datasets.Dataset.from_parquet([str(p) for p in written], cache_dir=str(cache))
-    table = table.map(encode, batched=True, remove_columns=["row", "key"],
+    table = table.map(encode, batched=True,
+                      remove_columns=[c for c in table.column_names if c not in names],
                       features=datasets.Features({name: ids for name in names}),
                       cache_file_name=str(cache / "tokens.arrow"))
-    table = table.add_column(KEY_ID, key_ids.astype("int64"))
+    if key_ids is not None:
+        table = table.add_column(KEY_ID, key_ids.astype("int64"))
     table.save_to_disk(str(out / TOKENS))
     arrow = table.data.table
     totals = {name: pc.sum(pc.list_value_length(pc.list_flatten(arrow.column(name)))).as_py()

@@ -12,18 +12,25 @@ from prh.io import ContractError, read_json, write_text
 
 
 def main(argv: list[str]) -> int:
-    """Read the subset's summary.json, the run.json of each arm of recap.train.arms in
-    --runs-dir and their --scores; write --html and --pdf."""
+    """Read the subset's and the paraphrase source's summary.json, the run.json of each arm of
+    recap.train.arms in --runs-dir and their --scores; write --html and --pdf."""
     parser = stage_parser("recap_report", main.__doc__)
     parser.add_argument("--subset", type=Path, required=True, help="the recap stage's folder")
     parser.add_argument("--runs-dir", type=Path, required=True,
                         help="the recap_train stages' folders' parent (runs/recap)")
+    parser.add_argument("--paraphrase", type=Path, required=True,
+                        help="the recap_paraphrase stage's folder")
     parser.add_argument("--scores", type=Path, required=True,
                         help="the recap_score stage's JSON")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, required=True, help="the PDF report to write")
     args = parser.parse_args(argv)
-    from harness.records.schemas import RECAP_RUN, RECAP_SCORES, RECAP_SUBSET
+    from harness.records.schemas import (
+        RECAP_PARAPHRASE,
+        RECAP_RUN,
+        RECAP_SCORES,
+        RECAP_SUBSET,
+    )
     from harness.report.recap import recap_context
     from harness.report.render import render, source_date, write_pdf
     from harness.stages.recap_train import read_section
@@ -35,9 +42,11 @@ def main(argv: list[str]) -> int:
         runs = [RECAP_RUN.check(read_json(p / "run.json"), str(p / "run.json"))
                 for p in (args.runs_dir / arm for arm in arms)]
         scores = RECAP_SCORES.check(read_json(args.scores), str(args.scores))
+        para = RECAP_PARAPHRASE.check(read_json(args.paraphrase / "summary.json"),
+                                      str(args.paraphrase / "summary.json"))["paraphrase"]
     except ContractError as e:
         return fail(e)
-    html = render(recap_context(summary, runs, scores, source_date()), name="recap.html.j2")
+    html = render(recap_context(summary, para, runs, scores, source_date()), name="recap.html.j2")
     write_text(args.html, html)
     off = write_pdf(html, args.pdf)
     for line in off:

@@ -20,7 +20,9 @@ from typing import Any
 from harness.records.schemas import RECAP_RUN
 from harness.stages.common import add_arm_arg, fail, stage_parser
 from harness.stages.recap import load_recap
+from harness.stages.recap_paraphrase import load_paraphrase
 from prh.io import ContractError, atomic_dir, read_json, write_json
+from prh.paraphrase import PARAPHRASE
 
 KNOWN = {"arms", "seed", "sources", "samples", "warmup_samples", "first_checkpoint",
          "per_decade", "save_every", "encoder"}
@@ -74,10 +76,12 @@ def configs(path: Path, arm: str) -> tuple[Any, Any]:
         raise ContractError(f"{path}: recap.train: {e}") from e
     stream.validate()
     names = [name for name, _ in load_recap(path).sources]
+    if load_paraphrase(path).model is not None:
+        names.append(PARAPHRASE)
     if not set(stream.sources) <= set(names):
         raise ContractError(f"{path}: recap.train.sources {list(stream.sources)} names a source "
-                            f"recap.sources does not define ({names}); name one of those or "
-                            "define it there")
+                            f"that is not there ({names}); name one of recap.sources, or "
+                            f"{PARAPHRASE} with recap.paraphrase.model set")
     if arm not in train["arms"]:
         raise ContractError(f"{path}: recap.train.arms is {train['arms']}, without {arm!r}")
     return cfg, stream
@@ -88,6 +92,8 @@ def main(argv: list[str]) -> int:
     --work); write the account, the encoder snapshots and the config to --out."""
     parser = add_arm_arg(stage_parser("recap_train", main.__doc__))
     parser.add_argument("--subset", type=Path, required=True, help="the recap stage's folder")
+    parser.add_argument("--paraphrase", type=Path, default=None,
+                        help="the recap_paraphrase stage's folder (its source, when written)")
     parser.add_argument("--work", type=Path, required=True,
                         help="resumable checkpoints, outside DVC's outputs")
     parser.add_argument("--out", type=Path, required=True, help="this arm's folder")
@@ -102,7 +108,7 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
         cfg, stream = configs(args.params, args.arm)
-        data = StreamData.open(args.subset, stream.sources)  # before any model is built
+        data = StreamData.open(args.subset, stream.sources, args.paraphrase)  # before any model
         tokenizer = Tokenizer.load(args.subset / "tokenizer")
         if rank == 0:
             tracking.check_server()
