@@ -76,7 +76,7 @@ def _group(ids: np.ndarray, attention: np.ndarray) -> Group:
 
 def jepa_groups(bank: CaptionBank, photo_rows: np.ndarray, good_views: bool, views: ViewConfig,
                 specials: SpecialIds, rng: np.random.Generator, split: bool = True,
-                pad_multiple: int = 1) -> list[Group]:
+                pad_multiple: int = 1, keep: np.ndarray | None = None) -> list[Group]:
     """The V views of the photos `photo_rows` (indices into the bank's photos): a global group
     [n_global*B, Lg] and a local one [n_local*B, Ll], each padded to its own longest view
     (rounded up to `pad_multiple`), view-major rows (view 0 of every photo, then view 1, ...),
@@ -86,6 +86,8 @@ def jepa_groups(bank: CaptionBank, photo_rows: np.ndarray, good_views: bool, vie
     rows = choose_captions(bank.first[photo_rows], bank.count[photo_rows], views.n_views,
                            good_views, rng)
     view, span = draw_views(bank.tokens, bank.lengths, rows, views, rng)
+    if keep is not None:  # every photo's views drawn, these photos' kept
+        view, span = view[:, keep], span[:, keep]
     cuts = [(0, views.n_global), (views.n_global, views.n_views)] if split else [
         (0, views.n_views)]
     return [_group(*pack_views(view[a:b], span[a:b], views.max_len, specials, pad_multiple))
@@ -93,30 +95,36 @@ def jepa_groups(bank: CaptionBank, photo_rows: np.ndarray, good_views: bool, vie
 
 
 def ntp_groups(bank: CaptionBank, photo_rows: np.ndarray, max_len: int, specials: SpecialIds,
-               rng: np.random.Generator, pad_multiple: int = 1) -> list[Group]:
+               rng: np.random.Generator, pad_multiple: int = 1,
+               keep: np.ndarray | None = None) -> list[Group]:
     """One whole caption per photo, drawn uniformly: one group [B, L] (L rounded up to
     `pad_multiple`)."""
     first, count = bank.first[photo_rows], bank.count[photo_rows]
     rows = first + rng.integers(0, count)
+    rows = rows if keep is None else rows[keep]
     tokens, span = bank.tokens[rows], np.minimum(bank.lengths[rows], max_len - 2)
     return [_group(*pack_views(tokens, span, max_len, specials, pad_multiple))]
 
 
 def step_groups(bank: CaptionBank, rows: np.ndarray, cfg: TrainConfig, views: ViewConfig,
-                tokenizer: Tokenizer, rng: np.random.Generator, device: torch.device
-                ) -> list[Group]:
+                tokenizer: Tokenizer, rng: np.random.Generator, device: torch.device,
+                keep: np.ndarray | None = None) -> list[Group]:
     """The batch of training step for the photos `rows` of `bank`, as the loop builds it: a
     whole caption per photo for NTP, else the views, with `cfg.speed`'s passes and padding, or
     with `cfg.speed.pack` every sequence of the step packed into rows of max_len tokens (one
-    pass; the random draws are the same, so the batch is the same)."""
+    pass; the random draws are the same, so the batch is the same). `keep` (indices into
+    `rows`): the draws are made for every photo of `rows`, the groups hold these photos' only,
+    so a rank's share of a global batch is what one process drawing it whole would give it."""
     if cfg.speed.pack:
-        groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng) if cfg.arm == "ntp" else
-                  jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng, split=False))
+        groups = (ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, keep=keep)
+                  if cfg.arm == "ntp" else
+                  jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng, split=False,
+                              keep=keep))
         return [pack_group(g, cfg.max_len, cfg.speed.pad_multiple) for g in groups]
     if cfg.arm == "ntp":
-        return ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, cfg.speed.pad_multiple)
+        return ntp_groups(bank, rows, cfg.max_len, tokenizer, rng, cfg.speed.pad_multiple, keep)
     return jepa_groups(bank, rows, cfg.arm == "good", views, tokenizer, rng,
-                       cfg.speed.split(device), cfg.speed.pad_multiple)
+                       cfg.speed.split(device), cfg.speed.pad_multiple, keep)
 
 
 def trim(tokens: Tensor, mask: Tensor, multiple: int = 1) -> tuple[Tensor, Tensor]:

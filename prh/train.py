@@ -202,11 +202,26 @@ def step_loss(state: TrainState, batch: list[Group]) -> tuple[Tensor, dict[str, 
         if cfg.arm == "ntp":  # out: hidden [B, L, D]
             encoder = state.net.encoder
             loss = ntp_loss(out, batch[0][0], encoder.word_embeddings, encoder.cfg.pad_id)
-            return loss, {"loss": loss.detach()}
+            loss = loss * _token_share(batch[0][0], encoder.cfg.pad_id)
+            return loss, {"loss": loss.detach()}  # its mean over ranks: the global token mean
         all_projected = out.view(cfg.n_views(), -1, out.size(-1))  # [V*B, K] -> [V, B, K]
         loss, inv, sig = lejepa_loss(all_projected, cfg.views.n_global, state.sigreg,
                                      state.lamb)
     return loss, {"loss": loss.detach(), "inv": inv.detach(), "sigreg": sig.detach()}
+
+
+def _token_share(tokens: Tensor, pad_id: int) -> Tensor | float:
+    """world x this rank's next-token targets / every rank's (1 in a one-process run). DDP
+    averages gradients over ranks; each rank's token mean weighted by this, the average is the
+    gradient of the mean over every target of the global batch, as one process would compute
+    it (an all-reduce of one number, no host sync)."""
+    world = distributed.world_size()
+    if world == 1:
+        return 1.0
+    mine = (tokens[:, 1:] != pad_id).sum().float()
+    every = mine.detach().clone()
+    dist.all_reduce(every)
+    return mine * world / every
 
 
 def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float) -> float:

@@ -4,8 +4,10 @@ instead of epochs, with checkpoints at sample counts and an account of what was 
 
 Read it top to bottom: `train_stream` is the loop.
 
-Determinism: the samples of step s are a pure function of (seed, s) (prh.stream.sample_rows);
-the texts read, the views and dropout of step s on rank r come from (seed, s, r)
+Determinism: the samples of step s are a pure function of (seed, s) (prh.stream.sample_rows),
+and so are the texts they read and their views: every rank draws them for the whole global
+batch from (seed, s) and keeps its share (`step_groups(keep=...)`), so the global batch does
+not depend on the number of ranks. Dropout of step s on rank r comes from (seed, s, r)
 (prh.checkpoint.seed_epoch, one "epoch" per step). The LR is a pure function of the step, and
 the SIGReg direction counter lives in the checkpoint. So a run killed anywhere resumes from its
 last checkpoint to the same batches and the same weights as an uninterrupted run (on CPU; CUDA
@@ -88,17 +90,19 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
         loss_sum = torch.tensor(loss[0], dtype=torch.float64, device=proc.device)
         loss_steps, stopped = int(loss[1]), 0
         while step < total:
-            rng = seed_epoch(cfg.seed, step, proc.rank)
+            seed_epoch(cfg.seed, step, proc.rank)  # dropout: this rank's own stream
+            rng = np.random.default_rng([cfg.seed, step])  # the global batch's draws: shared
             drawn = sample_rows(cfg.seed, step * batch, batch, int(data.rows.size))
             acc.seen[data.key_ids[drawn]] = True  # every rank marks the global batch
-            mine = drawn[proc.rank::proc.world]
-            texts = [read_texts(t, cfg.arm == "good", rng) for t in data.sample_texts(mine)]
+            texts = [read_texts(t, cfg.arm == "good", rng) for t in data.sample_texts(drawn)]
             bank = CaptionBank.from_token_lists(texts, views, tokenizer.pad_id)
-            groups = step_groups(bank, np.arange(len(mine)), cfg, views, tokenizer, rng,
-                                 proc.device)
+            mine = np.arange(proc.rank, batch, proc.world)  # this rank's share
+            groups = step_groups(bank, np.arange(batch), cfg, views, tokenizer, rng,
+                                 proc.device, keep=mine)
             lr = lr_at(step, total, warmup, cfg.lr)
             terms = train_step(state, groups, lr)
-            counts += (int(bank.count.sum()), int(bank.lengths.sum()),
+            read = np.repeat(bank.first[mine], bank.count[mine]) + _within(bank.count[mine])
+            counts += (int(bank.count[mine].sum()), int(bank.lengths[read].sum()),
                        sum(int(g[1].sum()) for g in groups))
             loss_sum, loss_steps = loss_sum + terms["loss"].double(), loss_steps + 1  # no sync
             step += 1
@@ -167,6 +171,11 @@ def _resume(path: Path, identity: str, state: Any, n_keys: int
     state.optimizer.load_state_dict(ckpt["optimizer"])
     return (ckpt["step"], Accounting.from_state(ckpt["account"]), list(ckpt["rows"]),
             list(ckpt["loss"]))
+
+
+def _within(count: np.ndarray) -> np.ndarray:
+    """0 .. c - 1 for each c of `count`, concatenated."""
+    return np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
 
 
 def _sum_over_ranks(counts: np.ndarray) -> list[int]:

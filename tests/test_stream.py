@@ -176,3 +176,49 @@ def test_a_stage_killed_by_sigkill_resumes_to_the_uninterrupted_account_and_weig
         a, b = (torch.load(d / snap.name, weights_only=True)["encoder"]
                 for d in (snap.parent, tmp_path / "killed/out/snapshots"))
         assert all(torch.equal(a[k], b[k]) for k in a), snap.name
+
+
+def _gloo_worker(rank: int, port: int, subset: str, out: str, arm: str) -> None:
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                      RANK=str(rank), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    data = StreamData.open(Path(subset), ["alt", "recap"])
+    train_stream(cfg(arm, batch_size=2, model={**TINY, "dropout": 0.0}), stream(), data,
+                 Tokenizer.load(Path(subset) / "tokenizer"), Path(out) / f"rank{rank}")
+
+
+@pytest.mark.parametrize("arm", ["ntp", "good"])
+def test_a_two_process_gloo_run_reads_and_learns_as_one_process_on_the_global_batch(
+        subset: Path, tmp_path: Path, arm: str) -> None:
+    """Two ranks of 2 samples each (torchrun's environment, gloo on CPU) against one process
+    of 4: the same samples, texts, tokens and unique images at every checkpoint, and only rank
+    0 writes. Next-token's weights match too: its gradient is the mean over every target of the
+    global batch (prh.train._token_share), so the gradients differ by float summation order
+    alone (about 1e-7 relative in float32). Three AdamW steps at lr 1e-3 keep that far below
+    the 1e-5 allowed, unless an element's gradient sits within rounding of 0 yet above Adam's
+    eps (1e-8), which its update divides by (6e-8 measured here). The logged loss is the
+    global token mean in both. Good views' weights differ: the projector's BatchNorm takes
+    each rank's own statistics, as upstream's DDP does."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_gloo_worker, args=(port, str(subset), str(tmp_path), arm), nprocs=2, join=True)
+    one = train_stream(cfg(arm, batch_size=4, model={**TINY, "dropout": 0.0}), stream(),
+                       StreamData.open(subset, ["alt", "recap"]),
+                       Tokenizer.load(subset / "tokenizer"), tmp_path / "one")
+    two = json.loads((tmp_path / "rank0/accounting.json").read_text())
+    assert not (tmp_path / "rank1").exists()
+    keys = ("samples", "texts", "tokens", "view_tokens", "unique_images")
+    assert [{k: r[k] for k in keys} for r in two] == [{k: r[k] for k in keys} for r in one]
+    assert json.loads((tmp_path / "rank0/config.json").read_text())["world_size"] == 2
+    a, b = (torch.load(tmp_path / run / "snapshots/samples-000000000012.pt",
+                       weights_only=True)["encoder"] for run in ("rank0", "one"))
+    if arm == "ntp":
+        assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+        assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=1e-4)
