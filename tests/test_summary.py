@@ -194,7 +194,8 @@ def test_the_first_page_says_what_rerunning_the_rest_costs(pipeline, doc: dict):
     assert len(listed) == len(set(listed))
     assert "t3_qwen72b_wit" in paths["wit1024"]["claims"]
     assert "Qwen/Qwen2.5-72B (145 GB in bf16)" in paths["wit1024"]["models"]
-    assert "t3_good_wit" in paths["unavailable"]["claims"]
+    assert "t3_good_wit" in paths["unavailable"]["claims"]  # 940M images, the 109M encoder
+    assert {"t7_captioner_good", "fixed21m_ntp"} <= set(paths["recap"]["claims"])  # 33M, 1 GPU
     models = {c.setup["model"] for c in load_registry().claims.values() if "model" in c.setup}
     assert models <= set(load_paths()["models"])  # every model's download size is known
     ctx = ReportPaths(pipeline / "results.json", pipeline / "align", pipeline / "theory.json",

@@ -12,6 +12,7 @@ from prh.io import read_yaml
 
 PATHS_FILE = Path(__file__).with_name("rerun_paths.yaml")
 # verdicts that leave a claim unmeasured on its own data: each gets the path that would measure it
+WEB_TEXT_SCALES = ("web", "web_2m", "web_50m")  # the 33M encoder on one GPU: the recap profile
 ELSEWHERE = ("not rerun", "not comparable", "pattern seen on another profile",
              "pattern not seen on another profile")
 
@@ -31,6 +32,9 @@ def path_of(claim: Claim) -> str | None:
     if claim.setup.get("dataset") == "flickr30k" and claim.setup.get("scale") == "flickr" \
             and not claim.setup.get("variant"):
         return "flickr30k"
+    if claim.setup.get("dataset") == "wit_1024" and claim.setup.get("encoder") == "bert_s_33m" \
+            and claim.setup.get("scale") in WEB_TEXT_SCALES:
+        return "recap"
     return "unavailable"
 
 
