@@ -90,7 +90,24 @@ def log_schedule(first: int, last: int, per_decade: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=2)
 def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n)
+    return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
+
+
+def _fingerprint(folders: list[Path], sources: Sequence[str]) -> str:
+    """sha256 (16 hex) of the sources read and, per folder, its summary.json and tokenizer
+    files and its token files' names and sizes: what changes when the texts do (their counts
+    per source, the tokenizer), read in milliseconds where hashing 940M rows would take
+    minutes."""
+    import hashlib
+
+    h = hashlib.sha256(repr(list(sources)).encode())
+    for folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            rel = path.relative_to(folder).as_posix()
+            h.update(f"{rel}:{path.stat().st_size}\n".encode())
+            if path.name == "summary.json" or rel.startswith("tokenizer/"):
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def sample_rows(seed: int, start: int, count: int, n: int) -> np.ndarray:
@@ -116,9 +133,10 @@ class StreamData:
 
     table: Any  # datasets.Dataset
     sources: tuple[str, ...]
-    rows: np.ndarray
-    key_ids: np.ndarray
+    rows: np.ndarray  # int32: 940M rows fit, at half the memory
+    key_ids: np.ndarray  # int32
     n_keys: int
+    fingerprint: str  # what the samples are (`_fingerprint`): part of a run's identity
 
     @classmethod
     def open(cls, subset: Path, sources: Sequence[str],
@@ -150,12 +168,13 @@ class StreamData:
         arrow = table.data.table
         counts = sum(pc.list_value_length(arrow.column(s)).fill_null(0).to_numpy()
                      for s in sources)
-        rows = np.flatnonzero(counts > 0)
+        rows = np.flatnonzero(counts > 0).astype(np.int32)
         if rows.size == 0:
             raise StreamError(f"{path}: no image has a text of {list(sources)}")
         keys = arrow.column(KEY_ID).to_numpy()
-        return cls(table.with_format(None), tuple(sources), rows, keys[rows],
-                   int(keys.max()) + 1)
+        return cls(table.with_format(None), tuple(sources), rows,
+                   keys[rows].astype(np.int32), int(keys.max()) + 1,
+                   _fingerprint([Path(subset), *([extra.parent] if extra else [])], sources))
 
     def sample_texts(self, samples: np.ndarray) -> list[list[list[int]]]:
         """Per sample (indices into `rows`): its texts' token ids, sources in order."""

@@ -142,10 +142,12 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
 def stream_identity(cfg: TrainConfig, stream: StreamConfig, enc_cfg: Any,
                     data: StreamData) -> str:
     """The run's config identity (prh.train_config.run_identity) with the stream's settings
-    but `save_every`, and the samples it draws from (their count and keys)."""
+    but `save_every`, and the samples it draws from (their count, keys and fingerprint): a
+    checkpoint of other texts is never resumed."""
     blob = json.dumps({"train": run_identity(cfg, enc_cfg),
                        "stream": {k: v for k, v in asdict(stream).items() if k != "save_every"},
-                       "rows": int(data.rows.size), "keys": int(data.n_keys)}, sort_keys=True)
+                       "rows": int(data.rows.size), "keys": int(data.n_keys),
+                       "data": data.fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

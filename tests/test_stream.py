@@ -222,3 +222,24 @@ def test_a_two_process_gloo_run_reads_and_learns_as_one_process_on_the_global_ba
     if arm == "ntp":
         assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
         assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=1e-4)
+
+
+def test_a_checkpoint_of_other_texts_is_never_resumed(subset: Path, tmp_path: Path) -> None:
+    """A copy of the subset is the same samples; once its texts change (here the summary's
+    counts, as a new column mapping would change them), the run's identity does too, so a
+    checkpoint left by a killed run on the old texts is refused, not resumed."""
+    import shutil
+
+    copy = tmp_path / "subset"
+    shutil.copytree(subset, copy)
+    tok = Tokenizer.load(subset / "tokenizer")
+    data = StreamData.open(copy, ["alt", "recap"])
+    assert data.fingerprint == StreamData.open(subset, ["alt", "recap"]).fingerprint
+    assert data.fingerprint != StreamData.open(subset, ["recap", "alt"]).fingerprint
+    train_stream(cfg(), stream(), data, tok, tmp_path / "run", stop_after=2)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["sources"]["alt"]["tokens"] += 1
+    (copy / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(Exception, match="checkpoint.pt: written by run .* delete"):
+        train_stream(cfg(), stream(), StreamData.open(copy, ["alt", "recap"]), tok,
+                     tmp_path / "run")

@@ -111,7 +111,7 @@ def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any
                       features=datasets.Features({name: ids for name in names}),
                       cache_file_name=str(cache / "tokens.arrow"))
     if key_ids is not None:
-        table = table.add_column(KEY_ID, key_ids.astype("int64"))
+        table = table.add_column(KEY_ID, key_ids.astype("int32"))  # 940M keys fit
     table.save_to_disk(str(out / TOKENS))
     arrow = table.data.table
     totals = {name: pc.sum(pc.list_value_length(pc.list_flatten(arrow.column(name)))).as_py()
