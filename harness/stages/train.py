@@ -117,8 +117,9 @@ def main(argv: list[str]) -> int:
         return fail(e)
     name = run_name(args.arm, args.seed)
     cfg_hash = run_identity(cfg, encoder_config(cfg, tokenizer))[:12]  # speed settings aside
-    work = args.work / f"{name}-{cfg_hash}"
     corpus_hash = data_hash(corpus.path)
+    # a checkpoint left by a killed run on other captions is never resumed: another folder
+    work = args.work / f"{name}-{cfg_hash}-{corpus_hash[:8]}"
     fit, test = corpus.split("val"), corpus.split("test")
     resolved = resolve(cfg, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun sets it
     env = environment_fingerprint()
