@@ -88,13 +88,6 @@ def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any,
     return out
 
 
-def score_of(row: dict[str, Any], benchmark: str) -> float | str:
-    """A scored row's number for `benchmark` (WIT: the best pair's; Flickr30k: R@1), or why
-    there is none."""
-    got = row[benchmark]
-    return got.get("best", got.get("r_at_1", got.get("skipped", "not scored")))
-
-
 def main(argv: list[str]) -> int:
     """Score the snapshots of each arm of recap.train.arms in --runs-dir on recap.score's
     benchmarks; write the scores to --out."""
@@ -104,6 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the scores JSON")
     args = parser.parse_args(argv)
     from harness.records.schemas import RECAP_SCORES
+    from harness.report.recap import score
     from harness.stages.recap_train import read_section
     from harness.stages.reference import read_flickr, vision_layers, wit_digest
     from prh.wit import WitError, read_wit
@@ -134,7 +128,7 @@ def main(argv: list[str]) -> int:
             if names else []
         for row in doc["arms"][arm]:
             print(f"recap_score: {arm} at {row['samples']:,} samples: "
-                  + ", ".join(f"{b} {score_of(row, b)}" for b in names))
+                  + ", ".join(f"{b} {score(row, b)}" for b in names))  # None: skipped
     write_json(args.out, doc)
     print(f"recap_score: {args.out} ({', '.join(names) or 'no benchmark named: nothing scored'})")
     return 0

@@ -29,11 +29,13 @@ KNOWN = {"arms", "seed", "sources", "samples", "warmup_samples", "first_checkpoi
 BY_SAMPLES = ("epochs", "warmup_epochs", "eval_every")  # a stream counts samples instead
 
 
-def read_section(path: Path) -> dict[str, Any]:
-    """params.yaml's `recap.train`, its keys checked (the values by the configs built from it)."""
+def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """params.yaml's `recap.train` (from `raw`, the file already read, when given), its keys
+    checked (the values by the configs built from it)."""
     from harness.config.params import read_top_level
 
-    train = (read_top_level(path).get("recap") or {}).get("train")
+    raw = read_top_level(path) if raw is None else raw
+    train = (raw.get("recap") or {}).get("train")
     if not isinstance(train, Mapping):
         raise ContractError(f"{path}: recap.train is missing; it holds {sorted(KNOWN)}")
     unknown, missing = sorted(set(train) - KNOWN), sorted(KNOWN - {"encoder"} - set(train))
@@ -57,13 +59,13 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def configs(path: Path, arm: str) -> tuple[Any, Any]:
     """(TrainConfig, StreamConfig) of `arm`'s web-text run."""
+    from harness.config.params import read_top_level
     from prh.stream import StreamConfig
     from prh.train_config import TrainConfig
 
-    train = read_section(path)
-    from harness.config.params import read_top_level
-
-    base = (read_top_level(path).get("flickr30k") or {}).get("train") or {}
+    raw = read_top_level(path)
+    train = read_section(path, raw)
+    base = (raw.get("flickr30k") or {}).get("train") or {}
     section = _merged({k: v for k, v in base.items() if k not in BY_SAMPLES},
                       train.get("encoder") or {})
     try:
