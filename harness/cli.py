@@ -42,7 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("harness.stages.audit:main", "the claims registry against the reproduced numbers"),
     "report": ("harness.stages.report:main", "render the HTML and PDF report"),
     "diff": ("harness.compare.diff:cli", "compare two sets of runs (seeds, commits, run ids)"),
-    "launch": ("harness.pipeline.launch:main", "train and align the matrix as a SLURM job array"),
+    "launch": ("harness.pipeline.launch:main",
+               "the profile's trainings (the matrix, or the recap runs) as a SLURM job array"),
 }
 EXAMPLES = """\
 examples:

@@ -71,3 +71,117 @@ def test_job_array_on_slurm_one_cancelled_the_rest_enter_the_workspace(tmp_path,
         assert record["git_dirty"] is False
         assert record["git_commit"] == checkout.name  # the job ran the commit's checkout
         assert (repo / "runs" / "metrics" / f"{arm}-s0.json").exists()
+
+
+def test_torchrun_command_keeps_the_stage_options_and_names_the_rendezvous():
+    cmd = "harness recap_train --params params.yaml --arm good --out 'runs/recap/good'"
+    one = launch.under_torchrun(cmd, launch.Spread(1, 4), 0, "", 0)
+    assert one[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                       "-m", "harness.cli", "recap_train", "--params", "params.yaml", "--arm",
+                       "good", "--out", "runs/recap/good"]
+    two = launch.under_torchrun(cmd, launch.Spread(2, 8), 1, "node7", 29517)
+    assert two[3:13] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "node7",
+                         "--master-port", "29517", "--nproc-per-node", "8"]
+    with pytest.raises(ContractError, match="not a harness stage command"):
+        launch.under_torchrun("python train.py", launch.Spread(1, 2), 0, "", 0)
+
+
+KEYS = ("samples", "texts", "tokens", "view_tokens", "unique_images")
+
+
+def recap_workspace(tmp_path, monkeypatch):
+    """The project with a miniature Recap corpus under `profile: recap`, committed, as the
+    working directory; MLflow in its mlflow.db."""
+    from test_recap import TINY_TRAIN, recap_repo
+
+    repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
+                           train=TINY_TRAIN, score=[])
+    raw["profile"] = "recap"
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    tiny_world.sh(repo, "git", "commit", "-qam", "recap profile")
+    for key, value in tiny_world.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def one_process_account(repo, arm, out, batch):
+    """`arm`'s account trained in this process alone with a batch of `batch` samples."""
+    import dataclasses
+
+    from harness.stages.recap_train import configs
+    from prh.stream import StreamData
+    from prh.tokenizer import Tokenizer
+    from prh.train_stream import train_stream
+
+    cfg, stream = configs(repo / "params.yaml", arm)
+    subset = repo / "data/recap/subset"
+    rows = train_stream(dataclasses.replace(cfg, batch_size=batch), stream,
+                        StreamData.open(subset, stream.sources),
+                        Tokenizer.load(subset / "tokenizer"), out)
+    return [{k: r[k] for k in KEYS} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("sbatch") is None,
+                    reason="no SLURM here (.ci/slurm-single-node installs and starts one)")
+def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path, monkeypatch):
+    """`profile: recap`: one job per arm, each recap_train under torchrun with two gloo
+    processes; the runs enter the workspace, `harness run` goes on to the report without
+    retraining, and each account equals one process's on the same global batch (2 x 2)."""
+    repo = recap_workspace(tmp_path, monkeypatch)
+    checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm",
+                                          {"timeout_min": 20, "cpus_per_task": 2},
+                                          launch.Spread(1, 2))
+    assert [(i.name, i.stages, i.outs) for i in items] == [
+        (arm, (f"pipelines/recap/dvc.yaml:recap_train@{arm}",), (f"runs/recap/{arm}",))
+        for arm in ("good", "ntp")]
+    assert launch.collect(repo, checkout, items, jobs) == []
+    status = tiny_world.sh(repo, "dvc", "status", "pipelines/recap/dvc.yaml:recap_train@good",
+                           "pipelines/recap/dvc.yaml:recap_train@ntp")
+    assert "up to date" in status.stdout, status.stdout
+    with sqlite3.connect(repo / "mlflow.db") as con:
+        states = dict(con.execute("SELECT run_uuid, status FROM runs"))
+    for arm in ("good", "ntp"):
+        run = json.loads((repo / "runs/recap" / arm / "run.json").read_text())
+        assert (run["config"]["world_size"], run["config"]["global_batch"]) == (2, 4)
+        assert states[run["mlflow_run_id"]] == "FINISHED"
+        assert run["git_commit"] == checkout.name
+        assert [{k: r[k] for k in KEYS} for r in run["account"]] == \
+            one_process_account(repo, arm, tmp_path / "one" / arm, 4)
+    out = tiny_world.sh(repo, "harness", "run")
+    assert "Running stage 'pipelines/recap/dvc.yaml:recap_train" not in out.stdout  # launched
+    assert "Running stage 'pipelines/recap/dvc.yaml:recap_report'" in out.stdout
+    assert (repo / "reports/recap.pdf").exists()
+
+
+@pytest.mark.slow
+def test_a_two_node_job_rendezvouses_and_reads_what_one_process_reads(tmp_path, monkeypatch):
+    """The two tasks of a two-node SLURM job, as srun starts them (each with its SLURM_NODEID
+    and the job's node list; both nodes are this machine), each running launch's job function:
+    torchrun's static rendezvous joins them into one run of 2 ranks, node 0 alone tracks and
+    writes, and the account equals one process's on the same global batch."""
+    import subprocess
+    import sys
+
+    repo = recap_workspace(tmp_path, monkeypatch)
+    tiny_world.sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml:recap",
+                  "pipelines/recap/dvc.yaml:recap_paraphrase")
+    (item,) = [i for i in launch.matrix(repo, launch.WEB_TEXT_RUNS) if i.name == "good"]
+    job = (f"from harness.pipeline import launch; launch.run_item({str(repo)!r}, "
+           f"{item.cmds!r}, {{}}, launch.Spread(2, 1))")
+    nodes = [subprocess.Popen([sys.executable, "-c", job], cwd=repo, env={
+        **tiny_world.env(), "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "localhost,localhost", "SLURM_NODEID": str(node),
+        "SLURM_NTASKS": "2", "SLURM_PROCID": str(node), "SLURM_LOCALID": "0",
+        "SUBMITIT_EXECUTOR": "slurm",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{repo / 'mlflow.db'}"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    logs = [p.communicate(timeout=300)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], logs
+    run = json.loads((repo / "runs/recap/good/run.json").read_text())
+    assert (run["config"]["world_size"], run["config"]["global_batch"]) == (2, 4)
+    assert "recap_train: good: 12 samples" in logs[0] and "recap_train:" not in logs[1]
+    assert [{k: r[k] for k in KEYS} for r in run["account"]] == \
+        one_process_account(repo, "good", tmp_path / "one", 4)

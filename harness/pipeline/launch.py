@@ -1,9 +1,13 @@
-"""`harness launch`: the arm x seed matrix's train and align stages as one SLURM job array
-(submitit), each job running dvc.yaml's commands for its (arm, seed) in a checkout of the
-current commit on shared storage whose DVC cache is the workspace's. When the jobs end, the
-outputs of those that succeeded enter the workspace (`dvc commit`), so `dvc status` is clean for
-them and `harness run` goes on with aggregate, audit and report; a job that failed or was
-cancelled leaves its outputs absent and is listed with its log.
+"""`harness launch`: the trainings of params.yaml's profile as one SLURM job array (submitit),
+each job running its stages' dvc.yaml commands in a checkout of the current commit on shared
+storage whose DVC cache is the workspace's: the arm x seed matrix's train and align stages
+(dvc.yaml), or under `profile: recap` each arm's recap_train stage (pipelines/recap/dvc.yaml).
+With several processes per job (`--nodes`, `--procs-per-node`) the job's first stage, its
+training, runs under torchrun on every node (rank 0 tracks and writes; the rest of the job's
+stages run on the first node after it). When the jobs end, the outputs of those that succeeded
+enter the workspace (`dvc commit`), so `dvc status` is clean for them and `harness run` goes on
+with what follows (aggregate, audit and report; recap_score and recap_report); a job that failed
+or was cancelled leaves its outputs absent and is listed with its log.
 
 The workspace (and so its DVC cache and --shared) must be on storage the compute nodes see."""
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +28,40 @@ from harness.tracking import mlflow_runs as tracking
 from prh.io import ContractError
 
 POLL_S = 5.0
+PORT_BASE = 29500  # torchrun's default master port; a job adds its SLURM job id modulo PORT_SPAN
+PORT_SPAN = 10000
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What launch submits for a profile: the trainings' dvc.yaml, the stages they read (run
+    where you call launch) and the stages of one job, in order (the first is the training,
+    matrixed; the others share its matrix key)."""
+
+    dvcfile: str
+    upstream: tuple[str, ...]
+    stages: tuple[str, ...]
+
+    def address(self, name: str) -> str:
+        """A stage's name as `dvc repro` and `dvc commit` take it."""
+        return name if self.dvcfile == "dvc.yaml" else f"{self.dvcfile}:{name}"
+
+
+MATRIX = Pipeline("dvc.yaml", UPSTREAM, ("train", "align"))
+WEB_TEXT_RUNS = Pipeline("pipelines/recap/dvc.yaml", ("recap", "recap_paraphrase"),
+                         ("recap_train",))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How many machines one job spans and how many training processes each runs."""
+
+    nodes: int = 1
+    procs: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.nodes * self.procs > 1
 
 
 @dataclass(frozen=True)
@@ -47,32 +86,50 @@ def _dvc(root: Path, *args: str) -> None:
         raise ContractError(f"dvc {' '.join(args)} failed in {root}:\n{out.stderr[-3000:]}")
 
 
-def matrix(root: Path) -> list[Item]:
-    """The train@ARM-SEED and align@ARM-SEED pairs dvc.yaml expands from params.yaml."""
+def pipeline_for(root: Path) -> Pipeline:
+    """The trainings params.yaml's profile has: the web-text runs under `profile: recap` (their
+    inputs checked first, as `harness run` does), the arm x seed matrix otherwise."""
+    from harness.config.params import WEB_TEXT, read_top_level
+    from harness.pipeline.run import check_web_text
+
+    if read_top_level(root / "params.yaml").get("profile") in WEB_TEXT:
+        check_web_text(root / "params.yaml")
+        return WEB_TEXT_RUNS
+    return MATRIX
+
+
+def matrix(root: Path, pipeline: Pipeline = MATRIX) -> list[Item]:
+    """One item per matrix key of the pipeline's first stage (train@ARM-SEED with its
+    align@ARM-SEED; recap_train@ARM), as DVC expands them from params.yaml."""
     from dvc.repo import Repo
 
+    first = f"{pipeline.stages[0]}@"
     with Repo(str(root)) as repo:
-        trains = [s for s in repo.index.stages if s.addressing.startswith("train@")]
+        trains = [s for s in repo.index.stages if s.name.startswith(first)
+                  and s.dvcfile.relpath == pipeline.dvcfile]
         items = []
         for train in trains:
-            key = train.addressing.removeprefix("train@")
-            align = repo.stage.collect(f"align@{key}")[0]
-            items.append(Item(key, (train.addressing, align.addressing), (train.cmd, align.cmd),
-                              tuple(str(o.def_path) for s in (train, align) for o in s.outs)))
+            key = train.name.removeprefix(first)
+            stages = [train, *(repo.stage.collect(pipeline.address(f"{name}@{key}"))[0]
+                               for name in pipeline.stages[1:])]
+            items.append(Item(key, tuple(s.addressing for s in stages),
+                              tuple(s.cmd for s in stages),
+                              tuple(os.path.relpath(o.fs_path, root)
+                                    for s in stages for o in s.outs)))
     return items
 
 
-def prepare_checkout(root: Path, shared: Path) -> Path:
+def prepare_checkout(root: Path, shared: Path, pipeline: Pipeline = MATRIX) -> Path:
     """A checkout of HEAD under `shared`/checkouts/COMMIT using the workspace's DVC cache, with
     the upstream stages' outputs checked out from it. Refuses a workspace whose tracked files
     differ from HEAD (jobs run the commit, not the edits)."""
     dirty = [line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no")
-             .splitlines() if line[3:].strip() != "dvc.lock"]
+             .splitlines() if Path(line[3:].strip()).name != "dvc.lock"]
     if dirty:
         raise ContractError(f"uncommitted changes in {', '.join(dirty)}: the jobs run a commit; "
                             "commit them (or stash them) and launch again")
     commit = _git(root, "rev-parse", "HEAD").strip()
-    _dvc(root, "repro", *UPSTREAM)  # no-op when up to date; fills the cache
+    _dvc(root, "repro", *map(pipeline.address, pipeline.upstream))  # fills the cache
     checkout = shared / "checkouts" / commit
     if not checkout.exists():
         tmp = checkout.with_name(f".{commit}.tmp")
@@ -83,33 +140,71 @@ def prepare_checkout(root: Path, shared: Path) -> Path:
     cache = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], cwd=root,
                            capture_output=True, text=True, check=True).stdout.strip()
     _dvc(checkout, "config", "--local", "cache.dir", cache)
-    shutil.copy2(root / "dvc.lock", checkout / "dvc.lock")
+    for lock in {"dvc.lock", str(Path(pipeline.dvcfile).with_suffix(".lock"))}:
+        if (root / lock).exists():
+            shutil.copy2(root / lock, checkout / lock)
     _dvc(checkout, "checkout", "--allow-missing")  # the upstream outputs (and the raw data)
     return checkout
 
 
-def run_item(checkout: str, cmds: tuple[str, ...], env: dict[str, str]) -> None:
-    """One job: the stage commands in order, in the checkout (raises on the first failure)."""
-    for cmd in cmds:
-        subprocess.run(cmd, shell=True, cwd=checkout, env={**os.environ, **env}, check=True)
+def under_torchrun(cmd: str, spread: Spread, node: int, master: str, port: int) -> list[str]:
+    """A `harness STAGE ...` command as torchrun runs it on node `node` of `spread.nodes`
+    (static rendezvous at master:port; one machine: torchrun's --standalone)."""
+    argv = shlex.split(cmd)
+    if argv[:1] != ["harness"]:
+        raise ContractError(f"cannot run {cmd!r} under torchrun: not a harness stage command")
+    where = (["--standalone"] if spread.nodes == 1 else
+             ["--nnodes", str(spread.nodes), "--node-rank", str(node), "--master-addr", master,
+              "--master-port", str(port)])
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node",
+            str(spread.procs), "-m", "harness.cli", *argv[1:]]
+
+
+def run_item(checkout: str, cmds: tuple[str, ...], env: dict[str, str],
+             spread: Spread = Spread()) -> None:
+    """One job (on each of its nodes): the stage commands in order, in the checkout; the first
+    under torchrun when the job has several processes, the rest on the first node only (raises
+    on the first failure)."""
+    node, master, port = 0, "", PORT_BASE
+    if spread.nodes > 1:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        node, master = job.node, job.hostnames[0]
+        port = PORT_BASE + int(os.environ.get("SLURM_JOB_ID", "0")) % PORT_SPAN
+    run_env = {**os.environ, **env}
+    for i, cmd in enumerate(cmds):
+        if i == 0 and spread.distributed:
+            subprocess.run(under_torchrun(cmd, spread, node, master, port), cwd=checkout,
+                           env=run_env, check=True)
+        elif node == 0:
+            subprocess.run(cmd, shell=True, cwd=checkout, env=run_env, check=True)
 
 
 def submit(root: Path, shared: Path, cluster: str | None = None,
-           slurm: dict[str, Any] | None = None) -> tuple[Path, list[Item], list[Any]]:
-    """Submit one job per (arm, seed) as a job array; returns the checkout, items and jobs.
-    `cluster`: submitit's ("slurm", "local"; None picks SLURM when sbatch is found)."""
+           slurm: dict[str, Any] | None = None, spread: Spread = Spread()
+           ) -> tuple[Path, list[Item], list[Any]]:
+    """Submit one job per item of the profile's trainings as a job array, each on
+    `spread.nodes` nodes; returns the checkout, items and jobs. `cluster`: submitit's
+    ("slurm", "local"; None picks SLURM when sbatch is found)."""
     import submitit
 
+    pipeline = pipeline_for(root)
+    if spread.nodes > 1 and cluster == "local":
+        raise ContractError("--local runs on this machine: --nodes must be 1")
     uri = tracking.tracking_uri()  # the workspace's, so every job logs to the same place
     tracking.check_server(uri)
-    checkout = prepare_checkout(root, shared)
-    items = matrix(root)
+    checkout = prepare_checkout(root, shared, pipeline)
+    items = matrix(root, pipeline)
     executor = submitit.AutoExecutor(folder=shared / "logs" / checkout.name / "%j",
                                      cluster=cluster)
-    executor.update_parameters(name="prh-matrix", **(slurm or {}))
+    executor.update_parameters(name=f"prh-{pipeline.stages[0]}", **(slurm or {}),
+                               **({"nodes": spread.nodes, "tasks_per_node": 1}
+                                  if spread.nodes > 1 else {}))
     env = {"MLFLOW_TRACKING_URI": uri}
     with executor.batch():
-        jobs = [executor.submit(run_item, str(checkout), item.cmds, env) for item in items]
+        jobs = [executor.submit(run_item, str(checkout), item.cmds, env, spread)
+                for item in items]
     return checkout, items, jobs
 
 
@@ -176,34 +271,46 @@ def collect(root: Path, checkout: Path, items: list[Item], jobs: list[Any]) -> l
 
 
 def main(argv: list[str]) -> int:
-    """Submit the matrix's train and align stages to SLURM, wait, bring the outputs in."""
+    """Submit the profile's trainings to SLURM (the matrix's train and align stages, or the
+    recap profile's recap_train stages), wait, bring the outputs in."""
     parser = argparse.ArgumentParser(prog="harness launch", description=main.__doc__)
     parser.add_argument("--shared", type=Path, default=Path("runs/.launch"),
                         help="checkouts and job logs, on storage the nodes see "
                              "(default: runs/.launch)")
     parser.add_argument("--partition", help="SLURM partition (default: the cluster's)")
     parser.add_argument("--time", type=int, default=120, help="minutes per job (default 120)")
-    parser.add_argument("--gpus", type=int, default=0, help="GPUs per job (default 0)")
-    parser.add_argument("--cpus", type=int, default=1, help="CPUs per job (default 1)")
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs per node (default 0)")
+    parser.add_argument("--cpus", type=int, default=1, help="CPUs per node (default 1)")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="nodes per job; above 1 the training runs under torchrun on each "
+                             "(default 1)")
+    parser.add_argument("--procs-per-node", type=int, default=None,
+                        help="training processes per node under torchrun (default: --gpus, "
+                             "or 1 without GPUs)")
     parser.add_argument("--local", action="store_true",
                         help="run the jobs as local processes (submitit's local executor)")
     args = parser.parse_args(argv)
     root = Path(tracking.repo_root())
+    os.chdir(root)  # params.yaml's paths are the repository's
+    spread = Spread(args.nodes, args.procs_per_node or max(args.gpus, 1))
     slurm = {"timeout_min": args.time, "cpus_per_task": args.cpus}
     if not args.local:
         slurm.update({"gpus_per_node": args.gpus} if args.gpus else {})
         slurm.update({"slurm_partition": args.partition} if args.partition else {})
     try:
+        if spread.nodes < 1 or spread.procs < 1:
+            raise ContractError("--nodes and --procs-per-node must be at least 1")
         checkout, items, jobs = submit(root, (root / args.shared).resolve(),
-                                       "local" if args.local else None, slurm)
+                                       "local" if args.local else None, slurm, spread)
     except ContractError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"launch: {len(jobs)} job(s) from {checkout}: "
+    print(f"launch: {len(jobs)} job(s) of {spread.nodes} node(s) x {spread.procs} process(es) "
+          f"from {checkout}: "
           + ", ".join(f"{i.name}={j.job_id}" for i, j in zip(items, jobs, strict=True)))
     failed = collect(root, checkout, items, jobs)
     print(f"launch: {len(items) - len(failed)} of {len(items)} done; their outputs are in the "
-          "workspace (dvc commit); `harness run` goes on with aggregate, audit and report")
+          "workspace (dvc commit); `harness run` goes on with the stages after them")
     if failed:
         print("failed (outputs absent, the rest kept):\n  " + "\n  ".join(failed),
               file=sys.stderr)
