@@ -195,6 +195,33 @@ def mutual_knn(a: np.ndarray, b: np.ndarray, k: int = 10, *, chunk: int = CHUNK)
     return out
 
 
+# Appendix C, "Uncertainty on WIT": each interval comes from 800-pair subsamples of WIT-1024
+# drawn 200 times (the audit article; the registry's ci_subsample_size and ci_subsample_draws).
+SUBSAMPLE_FRACTION = 800 / 1024
+SUBSAMPLE_DRAWS = 200
+
+
+def subsample_indices(n: int, draws: int = SUBSAMPLE_DRAWS, seed: int = 0,
+                      fraction: float = SUBSAMPLE_FRACTION) -> np.ndarray:
+    """[draws, round(fraction * n)] item indices, each row a subsample without replacement; a
+    pure function of its arguments, so runs scored apart share the same subsamples (800 of
+    WIT-1024's 1,024 items at the default fraction)."""
+    size = round(fraction * n)
+    if not 1 < size <= n or draws < 1:
+        raise ValueError(f"subsamples of {size} of {n} items, {draws} draws: need 1 < size <= n "
+                         "and draws >= 1")
+    rng = np.random.default_rng(seed)
+    return np.stack([np.sort(rng.choice(n, size, replace=False)) for _ in range(draws)])
+
+
+def mutual_knn_subsamples(a: np.ndarray, b: np.ndarray, idx: np.ndarray, k: int = 10
+                          ) -> np.ndarray:
+    """The mutual k-NN score recomputed on each subsample of `idx` (`subsample_indices`):
+    neighbours are found among the subsample's items only, as a benchmark of that size would
+    find them. Returns float64 [draws]."""
+    return np.array([mutual_knn(a[rows], b[rows], k).mean() for rows in idx])
+
+
 # ----------------------------------------------------------------------------- CKA
 def _hsic_terms(x: np.ndarray, y: np.ndarray, unbiased: bool) -> float:
     """HSIC of linear kernels K = x x^T, L = y y^T, computed in feature space (O(n d^2)).

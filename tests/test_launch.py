@@ -115,7 +115,7 @@ def one_process_account(repo, arm, out, batch):
     from prh.tokenizer import Tokenizer
     from prh.train_stream import train_stream
 
-    cfg, stream = configs(repo / "params.yaml", arm)
+    cfg, stream = configs(repo / "params.yaml", arm, 0)
     subset = repo / "data/recap/subset"
     rows = train_stream(dataclasses.replace(cfg, batch_size=batch), stream,
                         StreamData.open(subset, stream.sources),
@@ -135,16 +135,16 @@ def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path
                                           {"timeout_min": 20, "cpus_per_task": 2},
                                           launch.Spread(1, 2))
     assert [(i.name, i.stages, i.outs) for i in items] == [
-        (arm, (f"pipelines/recap/dvc.yaml:recap_train@{arm}",), (f"runs/recap/{arm}",))
+        (f"{arm}-0", (f"pipelines/recap/dvc.yaml:recap_train@{arm}-0",), (f"runs/recap/{arm}-s0",))
         for arm in ("good", "ntp")]
     assert launch.collect(repo, checkout, items, jobs) == []
-    status = tiny_world.sh(repo, "dvc", "status", "pipelines/recap/dvc.yaml:recap_train@good",
-                           "pipelines/recap/dvc.yaml:recap_train@ntp")
+    status = tiny_world.sh(repo, "dvc", "status", "pipelines/recap/dvc.yaml:recap_train@good-0",
+                           "pipelines/recap/dvc.yaml:recap_train@ntp-0")
     assert "up to date" in status.stdout, status.stdout
     with sqlite3.connect(repo / "mlflow.db") as con:
         states = dict(con.execute("SELECT run_uuid, status FROM runs"))
     for arm in ("good", "ntp"):
-        run = json.loads((repo / "runs/recap" / arm / "run.json").read_text())
+        run = json.loads((repo / "runs/recap" / f"{arm}-s0" / "run.json").read_text())
         assert (run["config"]["world_size"], run["config"]["global_batch"]) == (2, 4)
         assert states[run["mlflow_run_id"]] == "FINISHED"
         assert run["git_commit"] == checkout.name
@@ -168,7 +168,7 @@ def test_a_two_node_job_rendezvouses_and_reads_what_one_process_reads(tmp_path, 
     repo = recap_workspace(tmp_path, monkeypatch)
     tiny_world.sh(repo, "dvc", "repro", "pipelines/recap/dvc.yaml:recap",
                   "pipelines/recap/dvc.yaml:recap_paraphrase")
-    (item,) = [i for i in launch.matrix(repo, launch.WEB_TEXT_RUNS) if i.name == "good"]
+    (item,) = [i for i in launch.matrix(repo, launch.WEB_TEXT_RUNS) if i.name == "good-0"]
     job = (f"from harness.pipeline import launch; launch.run_item({str(repo)!r}, "
            f"{item.cmds!r}, {{}}, launch.Spread(2, 1))")
     nodes = [subprocess.Popen([sys.executable, "-c", job], cwd=repo, env={
@@ -180,8 +180,8 @@ def test_a_two_node_job_rendezvouses_and_reads_what_one_process_reads(tmp_path, 
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
     logs = [p.communicate(timeout=300)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], logs
-    run = json.loads((repo / "runs/recap/good/run.json").read_text())
+    run = json.loads((repo / "runs/recap/good-s0/run.json").read_text())
     assert (run["config"]["world_size"], run["config"]["global_batch"]) == (2, 4)
-    assert "recap_train: good: 12 samples" in logs[0] and "recap_train:" not in logs[1]
+    assert "recap_train: good-s0: 12 samples" in logs[0] and "recap_train:" not in logs[1]
     assert [{k: r[k] for k in KEYS} for r in run["account"]] == \
         one_process_account(repo, "good", tmp_path / "one", 4)

@@ -141,7 +141,7 @@ def test_a_bad_recap_section_names_the_key(section, needle):
 
 
 # a run of a few steps of a one-layer encoder: what the pipeline tests train on the corpus
-TINY_TRAIN = {"arms": ["good", "ntp"], "seed": 0, "sources": ["alt", "recap"], "samples": 11,
+TINY_TRAIN = {"arms": ["good", "ntp"], "seeds": [0], "sources": ["alt", "recap"], "samples": 11,
               "warmup_samples": 2, "first_checkpoint": 2, "per_decade": 2, "save_every": 2,
               "encoder": {"batch_size": 2, "max_len": 12, "n_slices": 8, "device": "cpu",
                           "model": {"hidden": 16, "layers": 1, "heads": 2, "intermediate": 32,
@@ -217,11 +217,11 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
     assert (repo / "reports/recap.pdf").read_bytes()[:5] == b"%PDF-"
     assert "smallest (2,240,000): these runs check the pipeline" in html
     for arm in ("good", "ntp"):
-        run = json.loads((repo / f"runs/recap/{arm}/run.json").read_text())
+        run = json.loads((repo / f"runs/recap/{arm}-s0/run.json").read_text())
         assert [r["samples"] for r in run["account"]] == [2, 6, 12]
         for row in run["account"]:
             for key in ("samples", "texts", "tokens", "unique_images"):
-                cell = re.search(rf'data-k="recap\.{arm}\.{row["samples"]}\.{key}">([\d,]+)<',
+                cell = re.search(rf'data-k="recap\.{arm}-s0\.{row["samples"]}\.{key}">([\d,]+)<',
                                  html)
                 assert cell and int(cell.group(1).replace(",", "")) == row[key], (arm, key)
         mlflow.set_tracking_uri(uri)
@@ -230,6 +230,7 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
         assert [(m.step, m.value) for m in history] == [
             (r["samples"], r["unique_images"]) for r in run["account"]]
     assert "Not scored" in html
+    assert re.search(r'data-k="recap\.verdict\.t7_captioner_good"><b>not rerun</b>', html)
 
     def stale(**recap: object) -> set[str]:
         changed = dict(raw, recap={**raw["recap"], **recap})
@@ -239,7 +240,8 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
                 and not line.startswith("\t")}
 
     assert stale(score=["wit1024"]) == {"recap_score"}  # scored again, not retrained
-    assert stale(train={**TINY_TRAIN, "samples": 13}) == {"recap_train@good", "recap_train@ntp"}
+    assert stale(train={**TINY_TRAIN, "samples": 13}) == {"recap_train@good-0",
+                                                          "recap_train@ntp-0"}
     bad = dict(raw, recap={**raw["recap"], "train": {**TINY_TRAIN, "sources": ["paraphrase"]}})
     (repo / "params.yaml").write_text(yaml.safe_dump(bad, sort_keys=False))
     refused = sh(repo, "harness", "run", check=False, MLFLOW_TRACKING_URI=uri)

@@ -78,7 +78,7 @@ def test_each_alt_text_is_rewritten_as_generating_it_alone_and_read_as_a_source(
     assert pq.read_table(tmp_path / "again/texts.parquet").to_pylist() == rows  # deterministic
     data = StreamData.open(subset, [PARAPHRASE], out)
     assert data.rows.tolist() == [i for i, r in enumerate(rows) if r[PARAPHRASE]]
-    train_cfg, _ = configs(tmp_path / "params.yaml", "good")
+    train_cfg, _ = configs(tmp_path / "params.yaml", "good", 0)
     got = train_stream(cfg("good"), stream(sources=(PARAPHRASE,)), data,
                        Tokenizer.load(subset / "tokenizer"), tmp_path / "run")
     assert got[-1]["texts"] >= got[-1]["samples"] and train_cfg.arm == "good"
@@ -92,6 +92,6 @@ def test_without_a_model_there_is_no_source_and_no_run_may_name_it(subset: Path,
     assert json.loads((tmp_path / "para/summary.json").read_text())["paraphrase"] is None
     with pytest.raises(Exception, match=r"names a source that is not there \(\['alt', "
                                         r"'recap'\]\).*paraphrase with recap\.paraphrase\.model"):
-        configs(path, "good")
+        configs(path, "good", 0)
     with pytest.raises(Exception, match=r"no source \['paraphrase'\]"):
         StreamData.open(subset, [PARAPHRASE], tmp_path / "para")

@@ -156,7 +156,8 @@ def test_a_stage_killed_by_sigkill_resumes_to_the_uninterrupted_account_and_weig
 
     def stage(name: str) -> list[str]:
         return [sys.executable, "-m", "harness.cli", "recap_train", "--params",
-                str(tmp_path / "params.yaml"), "--arm", "good", "--subset", str(subset),
+                str(tmp_path / "params.yaml"), "--arm", "good", "--seed", "0", "--subset",
+                str(subset),
                 "--work", str(tmp_path / name / "work"), "--out", str(tmp_path / name / "out")]
 
     subprocess.run(stage("whole"), env=env, check=True, capture_output=True, cwd=ROOT)

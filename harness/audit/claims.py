@@ -40,7 +40,7 @@ CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
                   "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
 RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
-              "metadata", "evaluated", "ranking", "sts_arm", "pairfree_bound")
+              "metadata", "evaluated", "ranking", "sts_arm", "pairfree_bound", "web_text")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = tuple(verdicts.WHY_NOT_RERUN)
@@ -53,7 +53,8 @@ METRICS = ("r_at_1", "r_at_5", _MKNN, "r_at_1_fit", "control_random_map_r_at_1",
            "parameters", "tokens", "samples", "images", "rmse", "abs_error", "bound_ratio",
            "epoch", "hyperparameter", "percent", "duration", "size_gb")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",
-              "samples", "seeds", "epochs", "variant", "measure", "model")
+              "samples", "seeds", "epochs", "variant", "measure", "model", "sources", "assumed")
+WEB_TEXT_SETUP = ("images", "sources")  # what a web_text claim names for a run to match it
 FUNCTIONS = ("mean", "min", "max", "abs")
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -348,6 +349,15 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
     spread = _spread(rec.get("spread"), f"{at} field spread")
     if isinstance(value, float) and printed:
         _spread_holds_value(spread, value, f"{at} field spread")
+    rule = _choice(rec.get("rule") or DEFAULT_RULE[kind], RULE_NAMES, f"{at} field rule")
+    if rule == "web_text":
+        lacking = [k for k in WEB_TEXT_SETUP if k not in setup]
+        if lacking or not isinstance(setup.get("sources", []), list) \
+                or not (check and check.a) and "arm" not in setup:
+            raise ClaimsError(f"{at}: rule web_text matches runs by setup.images (millions), "
+                              "setup.sources (a list of source names) and the arm(s) "
+                              f"(setup.arm or check: {{a, b}}); missing or malformed: "
+                              f"{lacking or ['sources' if 'sources' in setup else 'arm']}")
     scale = parse_number(rec.get("scale", 1), f"{at} field scale")
     if scale <= 0:
         raise ClaimsError(f"{at} field scale: {scale:g} must be above 0")
@@ -358,8 +368,7 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
                        f"{at} field metric"),
         setup=setup, where=str(_require(rec, "where", f"{at} field where")),
         reported_by=article, section=section, source=source, kind=kind,
-        rule=_choice(rec.get("rule") or DEFAULT_RULE[kind], RULE_NAMES, f"{at} field rule"),
-        formula=formula, why_not_rerun=why, check=check, quote=quote, scale=scale,
+        rule=rule, formula=formula, why_not_rerun=why, check=check, quote=quote, scale=scale,
         margin=_margin(rec.get("margin"), f"{at} field margin"),
         rounding=_choice(rec.get("rounding", "nearest"), ROUNDINGS, f"{at} field rounding"),
         line=line,

@@ -110,6 +110,9 @@ def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
         return (f"{claim.setup.get('model')} on pair-free pools of Flickr30k's train photos as "
                 "this tool draws them (assumed: the paper's are some 15,000 a side), from the "
                 "reference stage's scores")
+    if claim.rule == "web_text":
+        return (f"the claim's number on {data} from the recap runs trained as the claim says "
+                "(its texts, images and samples), over their seeds and the benchmark's items")
     seeds = (ctx.results or {}).get("arms", {}).get(claim.setup.get("arm", ""), {}).get("seeds")
     return (f"the claim's number on {data}, from the {ctx.profile} run"
             + (f" ({len(seeds)} seed(s))" if seeds else ""))
@@ -139,7 +142,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
     checked too."""
     if isinstance(registry, Registry):
         ctx = Context(registry.claims, ctx.profile, ctx.results, ctx.theory, registry.relations,
-                      ctx.margins, ctx.reference)
+                      ctx.margins, ctx.reference, ctx.web_text)
     rows = []
     for c in ctx.claims.values():
         v = RULES[c.rule](c, ctx)

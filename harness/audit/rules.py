@@ -34,6 +34,10 @@ harness/audit/claims.yaml (`rule:`, defaulting by kind):
 | pairfree_  | web_scale (public | a public model's pair-free R@1 on Table 4's Flickr30k pools     |
 | bound      | models)           | against "at or below": the upper end of its interval within the |
 |            |                   | bound + margin: reproduced; the lower end above it: differs     |
+| web_text   | web_scale (33M on | the recap profile's runs trained as the claim says (arm, texts, |
+|            | Recap texts)      | images, samples), else not comparable: the `measured` and       |
+|            |                   | `ordering` statistics over their seeds and WIT items            |
+|            |                   | (harness/audit/web_text.py)                                     |
 | metadata   | metadata          | not rerun: a description of the setup, nothing to measure       |
 
 The statistics: the rerun's seeds x test pairs estimate from results.json
@@ -50,50 +54,18 @@ ordering involving it is not evidence that the views matter.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from harness.audit.claims import (
-    RULE_NAMES,
-    Claim,
-    Relation,
-    printed_interval,
-)
+from harness.audit.claims import RULE_NAMES, Claim, printed_interval
 from harness.audit.decide import ALPHA, at_chance, decide, estimate_of, seeds_estimate
 from harness.audit.printed import EPS, OPS, SYMBOLS, check_derived
-from harness.config.margins import DEFAULT_MARGINS
+from harness.audit.verdict import Context, Verdict, claim_seeds
+from harness.audit.web_text import rule_web_text
 from harness.records import names, reference
 from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
 from harness.stats.estimators import TwoLevel
 
 RUNNABLE_SCALE = "flickr"  # the only claim scale a profile of this pipeline can rerun
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    reason: str
-    evidence: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the rules read: the registry (for formulas), the run's outputs (None if absent),
-    the relations across claims and the equivalence margins per metric."""
-
-    claims: Mapping[str, Claim]
-    profile: str
-    results: Mapping[str, Any] | None = None
-    theory: Mapping[str, Any] | None = None
-    relations: tuple[Relation, ...] = ()
-    margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
-    reference: Mapping[str, Any] | None = None  # runs/reference/wit1024.json (public models)
-
-
-
-
-def _claim_seeds(claim: Claim) -> int:
-    return int(claim.setup.get("seeds") or claim.spread.n or 1)
 
 
 def _margin(claim: Claim, metric: str, ctx: Context) -> float | None:
@@ -189,7 +161,7 @@ def rule_measured(claim: Claim, ctx: Context) -> Verdict:
         return Verdict("informational", f"no audit.margin for metric {claim.metric}: {where} = "
                        f"{est.estimate:.4g} on the rerun beside the claim's {claim.printed}, "
                        "not judged", shown if measure else {})
-    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
     return Verdict(verdict, reason, {**evidence, "at_chance": {},
                                      **({"measure": where} if measure else {})})
 
@@ -294,7 +266,7 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
         return Verdict(verdict, f"order only (no gap printed): {a} - {b} on {metric}, "
                        f"{1 - ALPHA:.0%} [{iv.lo:+.4f}, {iv.hi:+.4f}]",
                        {"ci": [iv.lo, iv.hi], "method": iv.method, "note": est.note()})
-    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
     if verdict == "reproduced" and iv.lo <= 0:
         verdict, reason = "inconclusive", f"the interval reaches 0: {reason}"
     return Verdict(verdict, f"{a} - {b} on {metric}: {reason}", {**evidence, "at_chance": flags})
@@ -460,7 +432,7 @@ def rule_sts_arm(claim: Claim, ctx: Context) -> Verdict:
             f"{len(block['values'])} seed(s) {block['values']} and no per-pair values: no "
             "interval"), shown)
     margin = _margin(claim, claim.metric, ctx)
-    verdict, reason, evidence = decide(est, claim.scalar(), margin, _claim_seeds(claim))
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
     return Verdict(verdict, reason, {**evidence, **shown})
 
 
@@ -580,6 +552,6 @@ RULES: dict[str, Callable[[Claim, Context], Verdict]] = {
     "measured": rule_measured, "ordering": rule_ordering, "arithmetic": rule_arithmetic,
     "theory": rule_theory, "theory_count": rule_theory_count, "not_rerun": rule_not_rerun,
     "metadata": rule_metadata, "evaluated": rule_evaluated, "ranking": rule_ranking,
-    "sts_arm": rule_sts_arm, "pairfree_bound": rule_pairfree_bound,
+    "sts_arm": rule_sts_arm, "pairfree_bound": rule_pairfree_bound, "web_text": rule_web_text,
 }
 assert set(RULES) == set(RULE_NAMES), "claims.RULE_NAMES and rules.RULES disagree"

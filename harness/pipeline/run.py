@@ -78,12 +78,12 @@ def check_web_text(params: Path) -> str:
     (prh.recap.check_shards). Returns the pipeline file."""
     from harness.stages.recap import load_recap
     from harness.stages.recap_score import check_inputs, read_score
-    from harness.stages.recap_train import configs, read_section
+    from harness.stages.recap_train import configs, read_section, runs_of
     from prh.recap import check_shards
 
     cfg = load_recap(params)
-    for arm in read_section(params)["arms"]:
-        configs(params, arm)
+    for arm, seed in runs_of(read_section(params)):
+        configs(params, arm, seed)
     check_inputs(params, read_score(params))  # the benchmarks' data, before hours of training
     check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
     return "pipelines/recap/dvc.yaml"

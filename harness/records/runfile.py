@@ -15,7 +15,8 @@ PER_QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.npz$")  # a bare nam
 
 
 def run_name(arm: str, seed: int) -> str:
-    """The name of one run of the matrix: its text folder, align files and DVC stage item."""
+    """The name of one run of the matrix (its text folder, align files and DVC stage item) and
+    of a web-text run (its folder under runs/recap and its key in the recap scores)."""
     return f"{arm}-s{seed}"
 
 

@@ -55,5 +55,5 @@ REFERENCE = Schema("prh.reference", 1, "reference")  # runs/reference/wit1024.js
 RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase
-RECAP_SCORES = Schema("prh.recap_scores", 1, "recap_score")  # runs/recap_scores.json
+RECAP_SCORES = Schema("prh.recap_scores", 2, "recap_score")  # runs/recap_scores.json
 DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

@@ -1,12 +1,14 @@
 """The web-text report's context (harness.stages.recap_report): the subset's counts, and per
-arm the run's config and its account at every scored checkpoint, with what each number says
-and does not say. Formatting only; the numbers are the stages' own (prh.stream.ACCOUNT)."""
+run (arm and seed) its config and its account at every scored checkpoint, with what each
+number says and does not say. Formatting only; the numbers are the stages' own
+(prh.stream.ACCOUNT)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from harness.records.runfile import run_name
 from prh.recap import SUBSET_SIZES
 from prh.stream import ACCOUNT
 
@@ -17,10 +19,14 @@ APPENDIX_C_SAMPLES = 21_600_000  # the 33M encoder's runs at fixed samples (the 
 PAPER_UNITS = (("samples", 41.7), ("text tokens", 13.9), ("unique images", 435.2))
 NOT_SCORED = ("Not scored: recap.score is empty. With WIT-1024 and DINOv2 in place (the wit1024 "
               "section) set it to [wit1024], or [wit1024, flickr30k] with wit1024.flickr, and "
-              "run again: the snapshots in runs/recap/ARM/snapshots are scored, not retrained")
-NOT_JUDGED = ("The audit does not judge Table 7 or Appendix C from these runs yet: each arm is "
-              "one seed, and a comparison of two arms here is a point comparison with no "
-              "interval across seeds")
+              "run again: the snapshots in runs/recap/ARM-sSEED/snapshots are scored, not "
+              "retrained")
+JUDGED = ("Each claim is judged on the runs trained as it says (arm, texts, images and, where "
+          "it states one, samples; harness/audit/web_text.py); any other run is not comparable. "
+          "Below three seeds the seed variance is borrowed from the paper's three 50M-image "
+          "seeds and no verdict is a reproduction. The reach above is one seed's point "
+          "comparison")
+WEB_TEXT_RULE = "web_text"  # the registry's rule for these claims (harness.audit.web_text)
 LABELS = {"wit1024": "WIT-1024 {metric}", "flickr30k": "Flickr30k R@1"}
 
 
@@ -45,8 +51,8 @@ def score(entry: Mapping[str, Any], benchmark: str) -> float | None:
 
 def arm_block(run: Mapping[str, Any], scored: list[Mapping[str, Any]],
               benchmarks: list[str]) -> dict[str, Any]:
-    """One arm: its config line and its account rows, with texts and tokens per sample and
-    each benchmark's score of the row's snapshot."""
+    """One run (an arm and a seed): its config line and its account rows, with texts and tokens
+    per sample and each benchmark's score of the row's snapshot."""
     cfg = run["config"]
     rows = [dict(r) for r in run["account"]]
     by_samples = {e["samples"]: e for e in scored}
@@ -55,7 +61,8 @@ def arm_block(run: Mapping[str, Any], scored: list[Mapping[str, Any]],
         r["tokens_per_sample"] = r["tokens"] / r["samples"]
         r["scores"] = [score(by_samples.get(r["samples"], {}), b) for b in benchmarks]
     model = cfg["train"]["model"]
-    return {"arm": run["arm"], "seed": run["seed"], "rows": rows, "columns": list(ACCOUNT),
+    return {"run": run_name(run["arm"], run["seed"]), "arm": run["arm"], "seed": run["seed"],
+            "rows": rows, "columns": list(ACCOUNT),
             "mlflow_run_id": run.get("mlflow_run_id"),
             "config": {"sources": ", ".join(cfg["stream"]["sources"]),
                        "samples": cfg["stream"]["samples"],
@@ -77,8 +84,8 @@ def reach(target: Mapping[str, Any], other: Mapping[str, Any], i: int,
     if goal is None or not seen:
         return None
     base = target["rows"][-1]
-    out = {"benchmark": benchmarks[i], "goal": goal, "target": target["arm"],
-           "arm": other["arm"], "goal_samples": base["samples"]}
+    out = {"benchmark": benchmarks[i], "goal": goal, "target": target["run"],
+           "arm": other["run"], "goal_samples": base["samples"]}
     hit = next((r for r in seen if r["scores"][i] >= goal), None)
     if hit is None:
         best = max(seen, key=lambda r: r["scores"][i])
@@ -90,19 +97,29 @@ def reach(target: Mapping[str, Any], other: Mapping[str, Any], i: int,
                        ("samples", "tokens", "unique_images")]}
 
 
+def verdict_rows(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The audit's web-text claims, in registry order: the claim, the verdict, its reason."""
+    return [{"id": c["id"], "statement": c["statement"], "printed": c["printed"],
+             "verdict": c["verdict"], "reason": c["reason"], "where": c["where"]}
+            for c in audit["claims"] if c["rule"] == WEB_TEXT_RULE]
+
+
 def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | None,
                   runs: list[Mapping[str, Any]], scores: Mapping[str, Any],
-                  created: str | None) -> dict[str, Any]:
-    """The template's context: the subset, each arm with its scores, where next-token reaches
-    good views' score, and the notes that bound their reading."""
+                  created: str | None, audit: Mapping[str, Any]) -> dict[str, Any]:
+    """The template's context: the subset, each run with its scores, where next-token reaches
+    good views' score (per seed that both arms ran), and the notes that bound their reading."""
     benchmarks = list(scores["benchmarks"])
-    arms = [arm_block(r, scores["arms"].get(r["arm"], []), benchmarks) for r in runs]
+    arms = [arm_block(r, scores["runs"].get(run_name(r["arm"], r["seed"]), []), benchmarks)
+            for r in runs]
     k = (scores.get("wit1024") or {}).get("k", 10)
-    by_arm = {a["arm"]: a for a in arms}
-    reaches = [got for i in range(len(benchmarks)) if {"good", "ntp"} <= set(by_arm)
-               for got in [reach(by_arm["good"], by_arm["ntp"], i, benchmarks)] if got]
+    by_run = {(a["arm"], a["seed"]): a for a in arms}
+    seeds = sorted({s for a, s in by_run if a == "good"} & {s for a, s in by_run if a == "ntp"})
+    reaches = [got for seed in seeds for i in range(len(benchmarks))
+               for got in [reach(by_run["good", seed], by_run["ntp", seed], i, benchmarks)]
+               if got]
     samples = max((a["config"]["samples"] for a in arms), default=0)
-    last = {a["arm"]: a["rows"][-1] for a in arms if a["rows"]}
+    last = {a["arm"]: a["rows"][-1] for a in arms if a["rows"]}  # texts per sample: any seed
     texts_ratio = (last["good"]["texts_per_sample"] / last["ntp"]["texts_per_sample"]
                    if {"good", "ntp"} <= set(last) else None)
     return {"title": "Web texts: training on Recap-DataComp", "created": created,
@@ -115,4 +132,5 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
             "texts_ratio": texts_ratio,
             "benchmarks": [LABELS[b].format(metric=f"mutual {k}-NN") for b in benchmarks],
             "reaches": reaches, "scored": scores.get("wit1024"),
-            "not_scored": None if benchmarks else NOT_SCORED, "not_judged": NOT_JUDGED}
+            "not_scored": None if benchmarks else NOT_SCORED, "judged": JUDGED,
+            "verdicts": verdict_rows(audit)}

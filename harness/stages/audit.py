@@ -18,7 +18,7 @@ from harness.audit.gate import (
     ungated,
 )
 from harness.config.params import load_params
-from harness.records.schemas import REFERENCE, RESULTS, THEORY, Schema
+from harness.records.schemas import RECAP_SCORES, REFERENCE, RESULTS, THEORY, Schema
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
 
@@ -45,6 +45,16 @@ def data_label(profile: str, results: Any) -> str:
     return f"{profile} variant ({len(warnings)} difference(s) from the published split)"
 
 
+def web_text_margins(path: Path) -> dict[str, float]:
+    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
+    recap profile has none; its runs are scored at the paper's k)."""
+    from harness.config.margins import load_margins
+    from harness.config.params import read_top_level
+
+    audit_section = read_top_level(path).get("audit") or {}
+    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")
+
+
 def main(argv: list[str]) -> int:
     """Audit --claims against --results, --theory and --contamination under --params (by
     default the files the pipeline's audit stage reads); write the verdicts to --out, if given;
@@ -55,24 +65,29 @@ def main(argv: list[str]) -> int:
 
     args = audit_parser().parse_args(argv)
     try:
-        params = load_params(args.params)
-        results = read_optional(args.results, RESULTS)
-        if results is not None:
-            check_params_hash(results, params.hash, str(args.results))
+        web_text = read_optional(args.web_text, RECAP_SCORES)
+        if web_text is not None:  # the recap profile: no training profile's params
+            profile, margins, results = "recap", web_text_margins(args.params), None
+        else:
+            params = load_params(args.params)
+            results = read_optional(args.results, RESULTS)
+            if results is not None:
+                check_params_hash(results, params.hash, str(args.results))
+            profile, margins = data_label(params.profile, results), params.margins
         fail_on = parse_fail_on(args.fail_on)
         baseline = load_baseline(args.baseline) if args.baseline else None
         registry = load_registry(args.claims)
         scores = read_optional(args.reference, REFERENCE)
-        profile = "wit1024" if results is None and scores else data_label(params.profile,
-                                                                          results)
+        if results is None and scores and web_text is None:
+            profile = "wit1024"
         doc = audit(registry, Context(registry.claims, profile, results,
                                       read_optional(args.theory, THEORY),
-                                      margins=params.margins, reference=scores))
+                                      margins=margins, reference=scores, web_text=web_text))
         tripped = gate(doc, fail_on, baseline)
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.reference,
-              args.params]
+              args.web_text, args.params]
     doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p and p.exists()}
     for verdict, count in doc["summary"].items():
         print(f"{verdict:<38} {count}")
@@ -97,6 +112,9 @@ def audit_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", type=Path, help="the reference stage's scores of public "
                         "encoders (runs/reference/wit1024.json); absent: their claims are not "
                         "rerun")
+    parser.add_argument("--web-text", type=maybe_path, default=None,
+                        help="the recap profile's scores (runs/recap_scores.json): the web-text "
+                             "claims judged on its runs, the training profile's results unread")
     parser.add_argument("--out", type=Path, help="audit JSON to write (the pipeline's: "
                         f"{AUDIT_PATH}); absent: the verdicts are only counted and gated")
     add_gate_args(parser)

@@ -13,7 +13,7 @@ from prh.io import ContractError, read_json, write_text
 
 def main(argv: list[str]) -> int:
     """Read the subset's and the paraphrase source's summary.json, the run.json of each arm of
-    recap.train.arms in --runs-dir and their --scores; write --html and --pdf."""
+    recap.train's arms and seeds in --runs-dir and their --scores; write --html and --pdf."""
     parser = stage_parser("recap_report", main.__doc__)
     parser.add_argument("--subset", type=Path, required=True, help="the recap stage's folder")
     parser.add_argument("--runs-dir", type=Path, required=True,
@@ -22,10 +22,14 @@ def main(argv: list[str]) -> int:
                         help="the recap_paraphrase stage's folder")
     parser.add_argument("--scores", type=Path, required=True,
                         help="the recap_score stage's JSON")
+    parser.add_argument("--audit", type=Path, required=True,
+                        help="the recap pipeline's audit JSON (its web-text verdicts)")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, required=True, help="the PDF report to write")
     args = parser.parse_args(argv)
+    from harness.records.runfile import run_name
     from harness.records.schemas import (
+        AUDIT,
         RECAP_PARAPHRASE,
         RECAP_RUN,
         RECAP_SCORES,
@@ -33,20 +37,22 @@ def main(argv: list[str]) -> int:
     )
     from harness.report.recap import recap_context
     from harness.report.render import render, source_date, write_pdf
-    from harness.stages.recap_train import read_section
+    from harness.stages.recap_train import read_section, runs_of
 
     try:
-        arms = read_section(args.params)["arms"]
+        names = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]
         summary = RECAP_SUBSET.check(read_json(args.subset / "summary.json"),
                                      str(args.subset / "summary.json"))
         runs = [RECAP_RUN.check(read_json(p / "run.json"), str(p / "run.json"))
-                for p in (args.runs_dir / arm for arm in arms)]
+                for p in (args.runs_dir / name for name in names)]
         scores = RECAP_SCORES.check(read_json(args.scores), str(args.scores))
+        audit = AUDIT.check(read_json(args.audit), str(args.audit), "pipelines/recap/dvc.yaml")
         para = RECAP_PARAPHRASE.check(read_json(args.paraphrase / "summary.json"),
                                       str(args.paraphrase / "summary.json"))["paraphrase"]
     except ContractError as e:
         return fail(e)
-    html = render(recap_context(summary, para, runs, scores, source_date()), name="recap.html.j2")
+    html = render(recap_context(summary, para, runs, scores, source_date(), audit),
+                  name="recap.html.j2")
     write_text(args.html, html)
     off = write_pdf(html, args.pdf)
     for line in off:

@@ -63,15 +63,18 @@ def check_inputs(path: Path, names: tuple[str, ...]) -> Any:
     return cfg
 
 
-def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any,
-                   flickr: Any) -> dict[str, Any]:
-    """One snapshot's scores: its account's counts and each benchmark's score."""
+def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any, flickr: Any,
+                   subsamples: Any = None) -> dict[str, Any]:
+    """One snapshot's scores: its account's counts and each benchmark's score; on WIT-1024 also
+    each item's score and the score on each of `subsamples` (Appendix C's protocol, at the best
+    layer pair of all items), for the audit's paired intervals."""
     import torch
 
     from harness.records.reference import metric_key
     from harness.stages.reference import flickr_recall, item_interval
     from prh.encode_text import load_snapshot, make_encode, make_layer_encode
     from prh.layers import LayerAlignment, clip_outliers
+    from prh.metrics import mutual_knn_subsamples
 
     encoder, tokenizer, max_len, account = load_snapshot(snapshot, cfg.device)
     device = torch.device(cfg.device)
@@ -80,54 +83,83 @@ def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any,
         layers = make_layer_encode(encoder, tokenizer, max_len, device, cfg.batch_size)
         x = clip_outliers(layers(wit.texts), cfg.q_outlier, cfg.clip_mode)
         obs = LayerAlignment(x, vision, "mutual_knn", cfg.k).observed()
+        t, v = obs.pair
         out["wit1024"] = {"metric": metric_key("mutual_knn", cfg.k), "best": obs.best,
-                          "pair": list(obs.pair), "interval": item_interval(cfg, obs.per_item)}
+                          "pair": list(obs.pair), "interval": item_interval(cfg, obs.per_item),
+                          "per_item": obs.per_item.tolist(),
+                          "subsamples": mutual_knn_subsamples(x[:, t], vision[:, v], subsamples,
+                                                              cfg.k).tolist()}
     if flickr is not None:
         out["flickr30k"] = flickr_recall(cfg, make_encode(encoder, tokenizer, max_len, device,
                                                           cfg.batch_size), flickr)
     return out
 
 
+def run_setup(run_dir: Path, subset: Path) -> dict[str, Any]:
+    """What a run was trained on, as the audit matches it to a claim's setup: the subset's
+    images, the run's sources, seed and scored sample counts (its run.json)."""
+    from harness.records.schemas import RECAP_RUN
+    from prh.io import read_json
+
+    run = RECAP_RUN.check(read_json(run_dir / "run.json"), str(run_dir / "run.json"))
+    summary = read_json(subset / "summary.json")
+    return {"arm": run["arm"], "images": int(summary["images"]),
+            "sources": list(run["config"]["stream"]["sources"]),
+            "seed": int(run["seed"]), "samples": [int(r["samples"]) for r in run["account"]],
+            "world_size": int(run["config"].get("world_size", 1))}
+
+
 def main(argv: list[str]) -> int:
-    """Score the snapshots of each arm of recap.train.arms in --runs-dir on recap.score's
-    benchmarks; write the scores to --out."""
+    """Score the snapshots of each run (arm and seed of recap.train) in --runs-dir on
+    recap.score's benchmarks; write the scores to --out."""
     parser = stage_parser("recap_score", main.__doc__)
+    parser.add_argument("--subset", type=Path, required=True,
+                        help="the recap stage's folder (its images, for the runs' setup)")
     parser.add_argument("--runs-dir", type=Path, required=True,
                         help="the recap_train stages' folders' parent (runs/recap)")
     parser.add_argument("--out", type=Path, required=True, help="the scores JSON")
     args = parser.parse_args(argv)
+    from harness.records.runfile import run_name
     from harness.records.schemas import RECAP_SCORES
     from harness.report.recap import score
-    from harness.stages.recap_train import read_section
+    from harness.stages.recap_train import read_section, runs_of
     from harness.stages.reference import read_flickr, vision_layers, wit_digest
+    from prh.metrics import SUBSAMPLE_DRAWS, subsample_indices
     from prh.wit import WitError, read_wit
 
     try:
         names = read_score(args.params)
-        arms = read_section(args.params)["arms"]
+        runs = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]
         cfg = check_inputs(args.params, names)
-        snapshots = {arm: sorted((args.runs_dir / arm / "snapshots").glob("samples-*.pt"))
-                     for arm in arms}
+        snapshots = {run: sorted((args.runs_dir / run / "snapshots").glob("samples-*.pt"))
+                     for run in runs}
         wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows) \
             if "wit1024" in names else None
         flickr = read_flickr(cfg) if "flickr30k" in names else None
+        setups = {run: run_setup(args.runs_dir / run, args.subset) for run in runs}
     except (ContractError, WitError) as e:
         return fail(e)
-    doc: dict[str, Any] = {"schema": str(RECAP_SCORES), "benchmarks": list(names), "arms": {}}
-    vision = None
+    doc: dict[str, Any] = {"schema": str(RECAP_SCORES), "benchmarks": list(names),
+                           "setups": setups, "runs": {}}
+    vision = subsamples = None
     if wit is not None:
+        subsamples = subsample_indices(len(wit.texts), SUBSAMPLE_DRAWS, cfg.seed)
         feats, info = vision_layers(cfg, wit)
         vision = feats[cfg.vision[0].name]
         doc["wit1024"] = {"data": str(cfg.data), "n": len(wit.texts), "sha256": wit_digest(wit),
                           "vision": {"name": cfg.vision[0].name, **info[cfg.vision[0].name]},
-                          "k": cfg.k, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode}}
+                          "k": cfg.k, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
+                          "subsamples": {"size": int(subsamples.shape[1]),
+                                         "draws": int(subsamples.shape[0]), "seed": cfg.seed,
+                                         "layers": "the best layer pair on all items"}}
     if flickr is not None:
         doc["flickr30k"] = {"dataset": str(cfg.flickr.dataset), "image": str(cfg.flickr.image)}
-    for arm, paths in snapshots.items():
-        doc["arms"][arm] = [score_snapshot(p, cfg, wit, vision, flickr) for p in paths] \
+    for run, paths in snapshots.items():
+        doc["runs"][run] = [score_snapshot(p, cfg, wit, vision, flickr, subsamples)
+                            for p in paths] \
             if names else []
-        for row in doc["arms"][arm]:
-            print(f"recap_score: {arm} at {row['samples']:,} samples: "
+        for row in doc["runs"][run]:
+            print(f"recap_score: {run} at {row['samples']:,} samples: "
                   + ", ".join(f"{b} {score(row, b)}" for b in names))  # None: skipped
     write_json(args.out, doc)
     print(f"recap_score: {args.out} ({', '.join(names) or 'no benchmark named: nothing scored'})")

@@ -1,6 +1,6 @@
-"""Stage `recap_train@ARM` (pipelines/recap/dvc.yaml): one arm trained on the web-text subset
-(prh.train_stream over prh.stream), tracked in MLflow with its account at every scored
-checkpoint (step = samples), resumable from its work folder; the account, the encoder
+"""Stage `recap_train@ARM-SEED` (pipelines/recap/dvc.yaml): one arm and seed trained on the
+web-text subset (prh.train_stream over prh.stream), tracked in MLflow with its account at every
+scored checkpoint (step = samples), resumable from its work folder; the account, the encoder
 snapshots and the resolved config are the stage's outputs (run.json, snapshots/).
 
 The run's config is params.yaml's `recap.train`: its length and sources, and `encoder`, the
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.records.runfile import run_name
 from harness.records.schemas import RECAP_RUN
 from harness.stages.common import add_arm_arg, fail, stage_parser
 from harness.stages.recap import load_recap
@@ -24,7 +25,7 @@ from harness.stages.recap_paraphrase import load_paraphrase
 from prh.io import ContractError, atomic_dir, read_json, write_json
 from prh.paraphrase import PARAPHRASE
 
-KNOWN = {"arms", "seed", "sources", "samples", "warmup_samples", "first_checkpoint",
+KNOWN = {"arms", "seeds", "sources", "samples", "warmup_samples", "first_checkpoint",
          "per_decade", "save_every", "encoder"}
 BY_SAMPLES = ("epochs", "warmup_epochs", "eval_every")  # a stream counts samples instead
 
@@ -42,6 +43,11 @@ def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, 
     if unknown or missing:
         raise ContractError(f"{path}: recap.train: unknown key(s) {unknown}, missing key(s) "
                             f"{missing}; the keys are {sorted(KNOWN)}")
+    seeds = train["seeds"]
+    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ContractError(f"{path}: recap.train.seeds: expected a non-empty list of distinct "
+                            f"integers >= 0, got {seeds!r}")
     counted = sorted(set(train.get("encoder") or {}) & set(BY_SAMPLES))
     if counted:
         raise ContractError(f"{path}: recap.train.encoder sets {counted}; a web-text run is "
@@ -57,8 +63,13 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def configs(path: Path, arm: str) -> tuple[Any, Any]:
-    """(TrainConfig, StreamConfig) of `arm`'s web-text run."""
+def runs_of(train: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """Every (arm, seed) of a checked `recap.train` section, arms first."""
+    return [(arm, seed) for arm in train["arms"] for seed in train["seeds"]]
+
+
+def configs(path: Path, arm: str, seed: int) -> tuple[Any, Any]:
+    """(TrainConfig, StreamConfig) of `arm`'s web-text run with `seed`."""
     from harness.config.params import read_top_level
     from prh.stream import StreamConfig
     from prh.train_config import TrainConfig
@@ -69,7 +80,7 @@ def configs(path: Path, arm: str) -> tuple[Any, Any]:
     section = _merged({k: v for k, v in base.items() if k not in BY_SAMPLES},
                       train.get("encoder") or {})
     try:
-        cfg = TrainConfig.from_dict({**section, "arm": arm, "seed": train["seed"]})
+        cfg = TrainConfig.from_dict({**section, "arm": arm, "seed": seed})
         stream = StreamConfig(sources=tuple(train["sources"]), samples=train["samples"],
                               warmup_samples=train["warmup_samples"],
                               first_checkpoint=train["first_checkpoint"],
@@ -84,15 +95,17 @@ def configs(path: Path, arm: str) -> tuple[Any, Any]:
         raise ContractError(f"{path}: recap.train.sources {list(stream.sources)} names a source "
                             f"that is not there ({names}); name one of recap.sources, or "
                             f"{PARAPHRASE} with recap.paraphrase.model set")
-    if arm not in train["arms"]:
-        raise ContractError(f"{path}: recap.train.arms is {train['arms']}, without {arm!r}")
+    if arm not in train["arms"] or seed not in train["seeds"]:
+        raise ContractError(f"{path}: recap.train has arms {train['arms']} and seeds "
+                            f"{train['seeds']}, without {arm!r} seed {seed}")
     return cfg, stream
 
 
 def main(argv: list[str]) -> int:
-    """Train --arm on the subset in --subset for recap.train.samples samples (checkpoints in
-    --work); write the account, the encoder snapshots and the config to --out."""
+    """Train --arm with --seed on the subset in --subset for recap.train.samples samples
+    (checkpoints in --work); write the account, the encoder snapshots and the config to --out."""
     parser = add_arm_arg(stage_parser("recap_train", main.__doc__))
+    parser.add_argument("--seed", type=int, required=True, help="one of recap.train.seeds")
     parser.add_argument("--subset", type=Path, required=True, help="the recap stage's folder")
     parser.add_argument("--paraphrase", type=Path, default=None,
                         help="the recap_paraphrase stage's folder (its source, when written)")
@@ -109,7 +122,7 @@ def main(argv: list[str]) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     try:
-        cfg, stream = configs(args.params, args.arm)
+        cfg, stream = configs(args.params, args.arm, args.seed)
         data = StreamData.open(args.subset, stream.sources, args.paraphrase)  # before any model
         tokenizer = Tokenizer.load(args.subset / "tokenizer")
         if rank == 0:
@@ -117,20 +130,21 @@ def main(argv: list[str]) -> int:
     except ContractError as e:
         return fail(e)
     identity = stream_identity(cfg, stream, encoder_config(cfg, tokenizer), data)
-    work = args.work / f"{args.arm}-{identity[:12]}"
+    name = run_name(args.arm, cfg.seed)
+    work = args.work / f"{name}-{identity[:12]}"
     if rank > 0:  # torchrun: rank 0 tracks and writes outputs
         train_stream(cfg, stream, data, tokenizer, work)
         return 0
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": cfg.seed, "profile": "recap",
-            "dvc_stage": f"recap_train@{args.arm}", "config_hash": identity[:12],
+            "dvc_stage": f"recap_train@{args.arm}-{cfg.seed}", "config_hash": identity[:12],
             **tracking.git_state(), **{f"env.{k}": v for k, v in env.items()}}
     logged = {"arm": args.arm, "seed": cfg.seed, "sources": ",".join(stream.sources),
               "samples": stream.samples, "samples_available": int(data.rows.size),
               **{f"train.{k}": v for k, v in cfg.to_dict().items()
                  if k not in (*BY_SAMPLES, "arm", "seed")}}
     start = time.perf_counter()
-    with tracking.tracked_run(f"recap-{args.arm}", logged, tags,
+    with tracking.tracked_run(f"recap-{name}", logged, tags,
                               resume=work / "mlflow_run_id") as run:
         rows = train_stream(cfg, stream, data, tokenizer, work,
                             on_checkpoint=lambda row: tracking.log_epoch(row, row["samples"]))
@@ -146,7 +160,7 @@ def main(argv: list[str]) -> int:
                 **tracking.git_state()})
     shutil.rmtree(work, ignore_errors=True)
     last = rows[-1]
-    print(f"recap_train: {args.arm}: {last['samples']:,} samples, {last['texts']:,} texts, "
+    print(f"recap_train: {name}: {last['samples']:,} samples, {last['texts']:,} texts, "
           f"{last['tokens']:,} tokens, {last['unique_images']:,} unique images "
           f"(MLflow run {run.info.run_id})")
     return 0

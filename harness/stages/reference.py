@@ -273,6 +273,7 @@ def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> 
             "n_test": len(te_txt), "chance": 1 / len(te_txt),
             "interval": {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
                          "resamples": "the test pairs", "n_resamples": ci.n_resamples},
+            "per_pair": hits.astype(int).tolist(),  # each test pair's hit, for paired intervals
             "pooling": "mean of the last hidden state over the attention mask",
             "pairs": "every train photo and every val photo with its first caption"}
 

@@ -1,0 +1,38 @@
+"""What every audit rule takes and returns: the `Context` it reads (the registry, the run's
+outputs, the margins) and the `Verdict` it gives; rules.py and web_text.py share them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.audit.claims import Claim, Relation
+from harness.config.margins import DEFAULT_MARGINS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    reason: str
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules read: the registry (for formulas), the run's outputs (None if absent),
+    the relations across claims and the equivalence margins per metric."""
+
+    claims: Mapping[str, Claim]
+    profile: str
+    results: Mapping[str, Any] | None = None
+    theory: Mapping[str, Any] | None = None
+    relations: tuple[Relation, ...] = ()
+    margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+    reference: Mapping[str, Any] | None = None  # runs/reference/wit1024.json (public models)
+    web_text: Mapping[str, Any] | None = None  # runs/recap_scores.json (the recap profile)
+
+
+def claim_seeds(claim: Claim) -> int:
+    """How many seeds the claimed number averages (1 when the registry does not say)."""
+    return int(claim.setup.get("seeds") or claim.spread.n or 1)
