@@ -26,6 +26,10 @@ recaptions (the audit article, "Where Good Views Come From: Removing the Caption
   and shared by all of them (one captioner, one prompt), so good views cut from different
   texts share the wording as bad views cut from one caption do. They come from their own
   random stream, so the people captions and the images are the same with or without them.
+  With `captioner_leak` the captioner, which sees the image, also states the image's rendering
+  nuisance (its background, "on a dark background" or "on a pale background" by the shade the
+  image drew) in that fraction of its texts, as Recap-DataComp's recaptions carry what their
+  captioner's CLIP encoder saw: a nuisance shared by the captioner's views and by the image.
 
 The output is the Karpathy-split JSON that Flickr30k uses (the captioner's texts in each
 record's `texts.captioner`, which Karpathy's readers ignore), plus PNG files, so both data sets
@@ -100,6 +104,7 @@ class WorldConfig:
     pixel_noise: float = 0.01    # image nuisance: per-pixel Gaussian noise (fraction)
     background: float = 0.0      # image nuisance: background shade spread (0 = plain grey)
     regularity: float = 0.0      # P(a dependent factor takes its parent's typical value)
+    captioner_leak: float = 0.0  # P(a captioner text states the image's background shade)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "params") -> WorldConfig:
@@ -122,9 +127,14 @@ class WorldConfig:
         for key in ("style_strength", "jitter", "colour_noise", "pixel_noise", "background"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")
-        if not 0 <= self.regularity <= 1:
-            raise ValueError(f"{where}.regularity: a probability in [0, 1], got "
-                             f"{self.regularity}")
+        for key in ("regularity", "captioner_leak"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{where}.{key}: a probability in [0, 1], got "
+                                 f"{getattr(self, key)}")
+        if self.captioner_leak > 0 and self.background == 0:
+            raise ValueError(f"{where}.captioner_leak: {self.captioner_leak} leaks the image's "
+                             "background shade, which background 0 does not draw (every image "
+                             "plain grey); set background above 0 or captioner_leak to 0")
 
 
 def typical_colour(obj: int, cfg: WorldConfig) -> int:
@@ -179,12 +189,21 @@ def render_caption(scene: dict[str, int], style: dict[str, int], cfg: WorldConfi
     return " ".join(words)
 
 
-def captioner_texts(scene: dict[str, int], cfg: WorldConfig,
-                    rng: np.random.Generator) -> tuple[dict[str, int], list[str]]:
+LEAK_WORDS = ("on a dark background", "on a pale background")  # shade at or below / above grey
+
+
+def captioner_texts(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator,
+                    shade: int = 0) -> tuple[dict[str, int], list[str]]:
     """The "captioner" source for one scene: one style drawn for the scene, then
-    `captions_per_photo` texts in it (only the filler words' places and picks differ)."""
+    `captions_per_photo` texts in it (only the filler words' places and picks differ); each
+    ends, with probability `captioner_leak`, by naming the image's background `shade`
+    (`render_image`'s, below 0 dark). With no leak the draws are those of a world without it."""
     style = sample_style(cfg, rng)
-    return style, [render_caption(scene, style, cfg, rng) for _ in range(cfg.captions_per_photo)]
+    texts = [render_caption(scene, style, cfg, rng) for _ in range(cfg.captions_per_photo)]
+    if cfg.captioner_leak > 0:
+        texts = [f"{t} {LEAK_WORDS[shade > 0]}" if rng.random() < cfg.captioner_leak else t
+                 for t in texts]
+    return style, texts
 
 
 def voice_sharing(source: str, good_views: bool, cfg: WorldConfig) -> float | None:
@@ -240,6 +259,13 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: 
 
 def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator) -> Image.Image:
     """Object A (count copies) and object B placed by the relation, plus image nuisance."""
+    return render_image_shade(scene, cfg, rng)[0]
+
+
+def render_image_shade(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generator
+                       ) -> tuple[Image.Image, int]:
+    """`render_image`, and the background shade it drew, summed over the channels (times
+    `background`, the background's offset from grey: what a captioner that sees it can state)."""
     size = cfg.image_size
     shade = int(rng.integers(-38, 39)) + rng.integers(-12, 13, size=3)
     bg = tuple(int(128 + cfg.background * v) for v in shade)
@@ -268,7 +294,7 @@ def render_image(scene: dict[str, int], cfg: WorldConfig, rng: np.random.Generat
     _draw_shape(draw, SHAPES[scene["obj_b"]], size / 2 + bx * q + jit(), size / 2 + by * q + jit(),
                 r * 1.3, colour(scene["col_b"]))
     pixels = np.asarray(img, dtype=float) + rng.normal(0, 255 * cfg.pixel_noise, (size, size, 3))
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)), int(shade.sum())
 
 
 def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
@@ -291,13 +317,14 @@ def write_world(cfg: WorldConfig, out_dir: Path) -> dict[str, Any]:
                               "imgid": imgid})
             sentid += 1
         filename = f"{imgid:06d}.png"
-        render_image(scene, cfg, rng).save(tmp / "images" / filename, optimize=False)
-        captioner_style, recaptions = captioner_texts(scene, cfg, captioner_rng)
+        image, shade = render_image_shade(scene, cfg, rng)
+        image.save(tmp / "images" / filename, optimize=False)
+        captioner_style, recaptions = captioner_texts(scene, cfg, captioner_rng, shade)
         images.append({"imgid": imgid, "filename": filename, "split": split,
                        "sentences": sentences, "sentids": [s["sentid"] for s in sentences],
                        "texts": {"captioner": recaptions}})
         states[str(imgid)] = {"scene": scene, "styles": styles,
-                              "captioner_style": captioner_style}
+                              "captioner_style": captioner_style, "background_shade": shade}
     dataset = {"dataset": "world", "images": images}
     (tmp / "dataset.json").write_text(json.dumps(dataset, indent=1) + "\n", encoding="utf-8")
     world = {"config": dataclasses.asdict(cfg), "factors": {

@@ -265,6 +265,13 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
     assert ctx["sections"]["text_sources"]["differences"][0]["predicted"] == "above 0"
     assert "two recaptions only (one captioner, one prompt): good 0.096, bad 0.092, ratio " \
            "1.04" in render(ctx)
+    assert "states the image's background shade" not in render(ctx)  # params.yaml: no leak
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["world"]["data"]["world"].update(captioner_leak=0.5, background=0.3)
+    (measured[0] / "leak.yaml").write_text(yaml.safe_dump(raw))
+    leaky = render(build_context(paths(measured[0], measured[0] / "probe.json",
+                                       measured[0] / "leak.yaml")))
+    assert "states the image's background shade in a fraction 0.50 of its texts" in leaky
     no_params = build_context(paths(measured[0], measured[0] / "probe.json"))
     assert not no_params["sections"]["text_sources"]["world"]  # no prediction without params
     live = text_sources()

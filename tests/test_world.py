@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
 from prh.data import load_karpathy
 from prh.io import atomic_dir
@@ -149,7 +150,7 @@ def test_the_captioner_has_its_own_stream_so_people_and_images_stay_the_same(
 
     first = make(tmp_path / "a")
 
-    def other_draws(scene, cfg, rng):
+    def other_draws(scene, cfg, rng, shade):
         rng.random(1000)
         return {}, ["x"]
 
@@ -160,6 +161,37 @@ def test_the_captioner_has_its_own_stream_so_people_and_images_stay_the_same(
     assert [i["texts"] for i in images[0]] != [i["texts"] for i in images[1]]
     for name in ("000000.png", "000019.png"):
         assert (first / "images" / name).read_bytes() == (second / "images" / name).read_bytes()
+
+
+def test_a_leaking_captioner_states_each_images_background_and_nothing_else_moves(tmp_path):
+    """captioner_leak 1: every captioner text ends by naming its image's background shade (the
+    shade world.json records, which the PNG shows); people captions and images are byte for
+    byte those of the same world without the leak. At .5 about half the texts leak."""
+    import dataclasses
+
+    from prh.world import LEAK_WORDS
+
+    base = dataclasses.replace(SMALL, n_train=60, background=0.5)
+    plain, leaky = make(tmp_path / "a", base), \
+        make(tmp_path / "b", dataclasses.replace(base, captioner_leak=1.0))
+    docs = [json.loads((d / "dataset.json").read_text())["images"] for d in (plain, leaky)]
+    assert [i["sentences"] for i in docs[0]] == [i["sentences"] for i in docs[1]]
+    states = json.loads((leaky / "world.json").read_text())["states"]
+    for record in docs[1]:
+        shade = states[str(record["imgid"])]["background_shade"]
+        assert all(t.endswith(LEAK_WORDS[shade > 0]) for t in record["texts"]["captioner"])
+        corner = np.asarray(Image.open(leaky / "images" / record["filename"]))[:2, :2]
+        if abs(0.5 * shade / 3) > 4 * 255 * base.pixel_noise:  # clear of the pixel noise
+            assert (corner.mean() > 128) == (shade > 0), record["filename"]
+        assert (plain / "images" / record["filename"]).read_bytes() == \
+            (leaky / "images" / record["filename"]).read_bytes()
+    half = make(tmp_path / "c", dataclasses.replace(base, captioner_leak=0.5))
+    texts = [t for i in json.loads((half / "dataset.json").read_text())["images"]
+             for t in i["texts"]["captioner"]]
+    leaked = sum(t.endswith(LEAK_WORDS) for t in texts) / len(texts)
+    assert abs(leaked - 0.5) < 4 * (0.25 / len(texts)) ** 0.5  # 4 binomial sds (204 texts)
+    with pytest.raises(ValueError, match="captioner_leak: 0.5 leaks the image's background"):
+        WorldConfig.from_dict({"captioner_leak": 0.5})
 
 
 @pytest.mark.parametrize("source", ["people", "captioner"])

@@ -378,7 +378,8 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
              if all(c in registry for c in (good, bad, ratio))]
     return {"not_run": None, "rows": out_rows, "differences": differences, "mknn": mknn,
             "seed": ts["seed"], "epochs": ts["epochs"], "lamb": ts["lamb"],
-            "main_epochs": probe.get("main_epochs"), "world": world is not None, "paper": paper}
+            "main_epochs": probe.get("main_epochs"), "world": world is not None, "paper": paper,
+            "leak": world.captioner_leak if world is not None else 0.0}
 
 
 def sections(results: Mapping | None, runs: Sequence[Mapping], probe: Mapping | None,
