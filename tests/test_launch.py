@@ -29,6 +29,17 @@ def test_launch_refuses_a_workspace_with_uncommitted_changes(tmp_path):
     assert not (tmp_path / "shared").exists()
 
 
+def workspace(repo, raw, message, monkeypatch):
+    """`raw` as the repo's params.yaml, committed (jobs run a commit); the tests' environment
+    with MLflow in the repo's mlflow.db; the repo as the working directory."""
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    tiny_world.sh(repo, "git", "commit", "-qam", message)
+    for key, value in tiny_world.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(repo)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("sbatch") is None,
                     reason="no SLURM here (.ci/slurm-single-node installs and starts one)")
@@ -36,12 +47,7 @@ def test_job_array_on_slurm_one_cancelled_the_rest_enter_the_workspace(tmp_path,
     repo = tiny_world.copy_project(tmp_path / "ws")
     raw = yaml.safe_load((repo / "params.yaml").read_text())
     raw["seeds"] = [0]
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    tiny_world.sh(repo, "git", "commit", "-qam", "one seed")
-    for key, value in tiny_world.env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(repo)
+    workspace(repo, raw, "one seed", monkeypatch)
 
     checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm",
                                           {"timeout_min": 20, "cpus_per_task": 1})
@@ -97,12 +103,7 @@ def recap_workspace(tmp_path, monkeypatch):
     repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
                            train=TINY_TRAIN, score=[])
     raw["profile"] = "recap"
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    tiny_world.sh(repo, "git", "commit", "-qam", "recap profile")
-    for key, value in tiny_world.env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(repo)
+    workspace(repo, raw, "recap profile", monkeypatch)
     return repo
 
 
