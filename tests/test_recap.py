@@ -231,6 +231,15 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
             (r["samples"], r["unique_images"]) for r in run["account"]]
     assert "Not scored" in html
     assert re.search(r'data-k="recap\.verdict\.t7_captioner_good"><b>not rerun</b>', html)
+    # --fail-on gates the recap audit: against a baseline whose verdict differs, it trips
+    base = json.loads((repo / "runs/recap_audit.json").read_text())
+    next(r for r in base["claims"] if r["id"] == "t7_captioner_good")["verdict"] = "reproduced"
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    gated = sh(repo, "harness", "run", "--fail-on", "changed", "--baseline",
+               str(tmp_path / "base.json"), check=False, MLFLOW_TRACKING_URI=uri)
+    assert gated.returncode == 1 and "changed: t7_captioner_good" in gated.stderr, gated.stderr
+    assert sh(repo, "harness", "run", "--fail-on", "differs,inconclusive",
+              MLFLOW_TRACKING_URI=uri).returncode == 0  # nothing judged: nothing trips
 
     def stale(**recap: object) -> set[str]:
         changed = dict(raw, recap={**raw["recap"], **recap})

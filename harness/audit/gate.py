@@ -22,18 +22,20 @@ from prh.io import read_json
 
 Doc = Mapping[str, Any]
 AUDIT_PATH = "reports/audit.json"  # the audit stage's output in dvc.yaml (tests/test_audit.py)
+RECAP_AUDIT_PATH = "runs/recap_audit.json"  # pipelines/recap/dvc.yaml's audit stage output
 
 
-def load_baseline(spec: str) -> dict[str, Any]:
+def load_baseline(spec: str, path: str = AUDIT_PATH) -> dict[str, Any]:
     """The baseline audit `spec` names: a file, or `rev:REV` (a commit, branch, tag or DVC
-    experiment name), whose reports/audit.json is read through DVC (harness.compare.diff)."""
+    experiment name), whose audit at `path` (reports/audit.json; the recap profile's
+    RECAP_AUDIT_PATH) is read through DVC (harness.compare.diff)."""
     if not spec.startswith("rev:"):
         return AUDIT.check(read_json(Path(spec)), spec)
     from harness.compare.revs import Files
 
     files = Files(spec[len("rev:"):])
-    raw = files.read(AUDIT_PATH)
-    where = files.where(AUDIT_PATH)
+    raw = files.read(path)
+    where = files.where(path)
     if raw is None:
         raise AuditError(f"--baseline {spec}: {where} is absent (no audit was run and committed "
                          "there, or the DVC cache lacks it: `dvc pull`); name another revision")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.audit.gate import AUDIT_PATH, add_gate_args, report_gate
+from harness.audit.gate import AUDIT_PATH, RECAP_AUDIT_PATH, add_gate_args, report_gate
 from harness.config.params import WEB_TEXT, Params, read_top_level
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json
@@ -89,14 +89,23 @@ def check_web_text(params: Path) -> str:
     return "pipelines/recap/dvc.yaml"
 
 
-def web_text(args: Any, fail_on: Any) -> int:
-    """`harness run` under `profile: recap`: check, then `dvc repro` the web-text pipeline."""
+def gate_audit(path: str, fail_on: Any, baseline: Any) -> int:
+    """`--fail-on` on the audit the pipeline just wrote at `path`: 1 when anything trips."""
+    from harness.audit.gate import gate, ungated
+
+    try:
+        doc = read_json(path)
+        return report_gate("run", gate(doc, fail_on, baseline), ungated(doc, fail_on, baseline))
+    except ContractError as e:
+        return fail(e)
+
+
+def web_text(args: Any, fail_on: Any, baseline: Any) -> int:
+    """`harness run` under `profile: recap`: check, then `dvc repro` the web-text pipeline,
+    then `--fail-on` on its audit of the web-text claims."""
     from harness.tracking.mlflow_runs import check_server
 
     try:
-        if fail_on:
-            raise ContractError("harness run: --fail-on gates the audit's verdicts; the recap "
-                                "profile has no audit yet")
         pipeline = check_web_text(args.params)
         check_server()
         why = None if args.check else busy_workspace(Path.cwd())
@@ -116,6 +125,8 @@ def web_text(args: Any, fail_on: Any) -> int:
     code = subprocess.run(["dvc", "repro", pipeline, *args.dvc_args], env=env).returncode
     if code == 0 and "--dry" not in args.dvc_args:
         print("\nprofile recap: reports/recap.html and reports/recap.pdf are ready")
+        if fail_on:
+            return gate_audit(RECAP_AUDIT_PATH, fail_on, baseline)
     return code
 
 
@@ -132,7 +143,7 @@ def main(argv: list[str]) -> int:
                              "DVC issue #9021)")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness run --help` answers at once
-    from harness.audit.gate import gate, load_baseline, parse_fail_on, require_baseline, ungated
+    from harness.audit.gate import load_baseline, parse_fail_on, require_baseline
     from harness.config.validate import seed_warnings, validate_params
 
     try:
@@ -141,12 +152,13 @@ def main(argv: list[str]) -> int:
             raise ContractError(f"{Path.cwd()}: no dvc.yaml here; run `harness run` from the "
                                 f"repository root, {root}")
         fail_on = parse_fail_on(args.fail_on)
-        # read before `dvc repro` rewrites it: --baseline reports/audit.json is the last run's
-        baseline = load_baseline(args.baseline) if args.baseline else None
-        require_baseline(fail_on, baseline)  # before any stage runs
         profile = read_top_level(args.params)["profile"]
+        # read before `dvc repro` rewrites it: --baseline reports/audit.json is the last run's
+        baseline = load_baseline(args.baseline, RECAP_AUDIT_PATH if profile in WEB_TEXT
+                                 else AUDIT_PATH) if args.baseline else None
+        require_baseline(fail_on, baseline)  # before any stage runs
         if profile in WEB_TEXT:
-            return web_text(args, fail_on)
+            return web_text(args, fail_on, baseline)
         raw = Path(PROFILE_RAW.format(profile=profile))
         params = preflight(args.params, raw)
         validate_params(params)
@@ -179,10 +191,5 @@ def main(argv: list[str]) -> int:
               "`mlflow ui --backend-store-uri sqlite:///mlflow.db` serves the training runs at "
               f"{ui_url() or 'http://127.0.0.1:5000'}")
     if code == 0 and fail_on and "--dry" not in args.dvc_args:
-        try:
-            doc = read_json(AUDIT_PATH)
-            return report_gate("run", gate(doc, fail_on, baseline),
-                               ungated(doc, fail_on, baseline))
-        except ContractError as e:
-            return fail(e)
+        return gate_audit(AUDIT_PATH, fail_on, baseline)
     return code
