@@ -59,7 +59,7 @@ from typing import Any
 from harness.audit.claims import RULE_NAMES, Claim, printed_interval
 from harness.audit.decide import ALPHA, at_chance, decide, estimate_of, seeds_estimate
 from harness.audit.printed import EPS, OPS, SYMBOLS, check_derived
-from harness.audit.verdict import Context, Verdict, claim_seeds
+from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
 from harness.audit.web_text import rule_web_text
 from harness.records import names, reference
 from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
@@ -107,18 +107,10 @@ def _chance_flag(arms: Iterable[str], metric: str, ctx: Context) -> dict[str, An
     return {a: flagged[a][metric] for a in arms if metric in flagged.get(a, {})}
 
 
-def _with_chance(reason: str, flags: Mapping[str, Any]) -> str:
-    if not flags:
-        return reason
-    said = ", ".join(f"{a} at chance ({v['chance']:.4f} inside [{v['ci'][0]:.4f}, "
-                     f"{v['ci'][1]:.4f}])" for a, v in flags.items())
-    return f"{reason}; {said}"
-
-
 def _at_chance_verdict(what: str, flags: Mapping[str, Any], evidence: Mapping[str, Any]
                        ) -> Verdict:
     """An arm at chance is evidence of nothing: no verdict rests on it (DESIGN: audit/)."""
-    return Verdict("inconclusive", _with_chance(f"{what}: no verdict from an arm at chance",
+    return Verdict("inconclusive", with_chance(f"{what}: no verdict from an arm at chance",
                                                 flags), {**evidence, "at_chance": flags})
 
 
@@ -139,7 +131,7 @@ def rule_measured(claim: Claim, ctx: Context) -> Verdict:
     flags = _chance_flag([arm], claim.metric, ctx)
     mismatch = _setup_mismatch(claim, ctx)
     if mismatch:
-        return Verdict("not comparable", _with_chance(mismatch, flags),
+        return Verdict("not comparable", with_chance(mismatch, flags),
                        {"profile": ctx.profile, "at_chance": flags})
     where = measure or f"metrics.{claim.metric}"
     m = lookup(ctx.results.get("arms", {}).get(arm, {}), where)

@@ -36,3 +36,12 @@ class Context:
 def claim_seeds(claim: Claim) -> int:
     """How many seeds the claimed number averages (1 when the registry does not say)."""
     return int(claim.setup.get("seeds") or claim.spread.n or 1)
+
+
+def with_chance(reason: str, flags: Mapping[str, Any]) -> str:
+    """`reason` with each arm at chance in `flags` named: its chance level inside its interval."""
+    if not flags:
+        return reason
+    said = ", ".join(f"{a} at chance ({v['chance']:.4f} inside [{v['ci'][0]:.4f}, "
+                     f"{v['ci'][1]:.4f}])" for a, v in flags.items())
+    return f"{reason}; {said}"

@@ -32,7 +32,7 @@ import numpy as np
 
 from harness.audit.claims import Claim, printed_interval
 from harness.audit.decide import ALPHA, decide
-from harness.audit.verdict import Context, Verdict, claim_seeds
+from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
 from harness.records import names
 from harness.records.verdicts import not_rerun
 from harness.stats.estimators import (
@@ -176,14 +176,13 @@ def rule_web_text(claim: Claim, ctx: Context) -> Verdict:
                                 "at_chance": at_chance, "appendix_c_interval": sub,
                                 "claim_interval": [claim.spread.lo, claim.spread.hi]
                                 if claim.spread.lo is not None else None}
-    protocol = (f"; Appendix C's protocol on these runs (200 subsamples of "
-                f"{doc['wit1024']['subsamples']['size']} of {n} items): [{sub[0]:+.4f}, "
+    drawn = doc["wit1024"]["subsamples"]
+    protocol = (f"; Appendix C's protocol on these runs ({drawn['draws']} subsamples of "
+                f"{drawn['size']} of {n} items): [{sub[0]:+.4f}, "
                 f"{sub[1]:+.4f}], items only" if sub else "")
     if at_chance:
-        said = ", ".join(f"{a} at chance ({v['chance']:.4f} inside [{v['ci'][0]:.4f}, "
-                         f"{v['ci'][1]:.4f}])" for a, v in at_chance.items())
-        return Verdict("inconclusive", f"{read}: no verdict from an arm at chance; {said}",
-                       {**evidence, "run": est.estimate})
+        return Verdict("inconclusive", with_chance(f"{read}: no verdict from an arm at chance",
+                                                   at_chance), {**evidence, "run": est.estimate})
     margin = claim.margin or ctx.margins[TRAINED_MARGIN[claim.metric if not claim.check
                                                         else claim.check.key]]
     seeds = [x.shape[0] for x in outcomes]

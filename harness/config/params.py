@@ -252,6 +252,16 @@ def read_top_level(path: Path) -> dict[str, Any]:
     return raw
 
 
+def check_seeds(seeds: Any, where: str) -> list[int]:
+    """`seeds` when it is a non-empty list of distinct integers >= 0; else ParamsError at
+    `where` (params.yaml's `seeds`, `recap.train.seeds`)."""
+    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ParamsError(f"{where}: expected a non-empty list of distinct integers >= 0, "
+                          f"got {seeds!r}")
+    return seeds
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
     each stage builds (and so validates) the configs it reads, and `harness.config.validate` builds
@@ -268,11 +278,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
             or len(set(arms)) != len(arms):
         raise ParamsError(f"{path}: arms: expected a non-empty list of distinct arms from "
                           f"{list(ARMS)}, got {arms!r}")
-    seeds = raw.get("seeds")
-    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
-        raise ParamsError(f"{path}: seeds: expected a non-empty list of distinct integers >= 0, "
-                          f"got {seeds!r}")
+    seeds = check_seeds(raw.get("seeds"), f"{path}: seeds")
     block = raw.get(profile)
     if not isinstance(block, dict):
         raise ParamsError(f"{path}: {profile}: the profile's section is missing")

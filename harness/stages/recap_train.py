@@ -33,7 +33,7 @@ BY_SAMPLES = ("epochs", "warmup_epochs", "eval_every")  # a stream counts sample
 def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """params.yaml's `recap.train` (from `raw`, the file already read, when given), its keys
     checked (the values by the configs built from it)."""
-    from harness.config.params import read_top_level
+    from harness.config.params import check_seeds, read_top_level
 
     raw = read_top_level(path) if raw is None else raw
     train = (raw.get("recap") or {}).get("train")
@@ -43,11 +43,7 @@ def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, 
     if unknown or missing:
         raise ContractError(f"{path}: recap.train: unknown key(s) {unknown}, missing key(s) "
                             f"{missing}; the keys are {sorted(KNOWN)}")
-    seeds = train["seeds"]
-    if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
-        raise ContractError(f"{path}: recap.train.seeds: expected a non-empty list of distinct "
-                            f"integers >= 0, got {seeds!r}")
+    check_seeds(train["seeds"], f"{path}: recap.train.seeds")
     counted = sorted(set(train.get("encoder") or {}) & set(BY_SAMPLES))
     if counted:
         raise ContractError(f"{path}: recap.train.encoder sets {counted}; a web-text run is "
