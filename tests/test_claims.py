@@ -200,9 +200,17 @@ def test_registry_labels() -> None:
     assert {claims[c].setup["dataset"] for c in claims if c.endswith("_coco")} == {"coco"}
     assert {claims[c].setup["reference"] for c in claims
             if c.startswith("t3_") and c.endswith("_wit_clip")} == {"clip_vith"}
+    assert {(claims[c].setup["dataset"], claims[c].setup["n_test"]) for c in claims
+            if c.startswith("t3_") and "_wit" in c} == {("wit_1024", 1024)}
+    assert "do not name the variant" in claims["pairfree_clip_r1"].setup["assumed"]
+    assert claims["paper_fraction_bad"].reported_by == "audit_article"
+    assert "audit article" in claims["paper_fraction_bad"].where
     with_seeds = {c for c in claims if c.startswith("t3_") and "seeds" in claims[c].setup}
     assert with_seeds == {"t3_good_wit", "t3_good_cka", "t3_good_wit_clip"}
     assert claims["param_ratio_660"].source == "article"
+    # "660 times" rests on no declared truncation: relation param_ratio_660_rounding reads both
+    assert (claims["param_ratio_660"].rounding, claims["param_ratio_660"].formula) == \
+        ("nearest", "")
     assert claims["param_ratio_devto"].source == "press"
     assert claims["jepa_tokens_940m"].where != "Appendix C"
     assert "nine models" in claims["contam_max_shift"].statement

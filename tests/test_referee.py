@@ -76,10 +76,11 @@ def test_mutual_knn_orderings_are_orders_not_a_gap_of_136() -> None:
     got = verdicts(HEALTHY)
     for cid in ("rerun_order_good_bad_mknn10", "rerun_order_good_ntp_mknn10"):
         assert got[cid]["verdict"] == "reproduced", got[cid]["reason"]
-        assert got[cid]["reason"].startswith("order only (no gap printed)")
-    # the same orders reversed on the rerun read "differs", so the check can fail
+        assert "order only (no gap printed)" in got[cid]["reason"]
+    # the same orders clearly reversed on the rerun read "differs" (after Holm over the
+    # audit's sampled claims), so the check can fail
     flipped = results({"good": 0.246, "bad": 0.133, "ntp": 0.118},
-                      {"good": 0.100, "bad": 0.132, "ntp": 0.120})
+                      {"good": 0.030, "bad": 0.132, "ntp": 0.120})
     assert verdicts(flipped)["rerun_order_good_bad_mknn10"]["verdict"] == "differs"
 
 
@@ -90,9 +91,13 @@ def findings() -> dict[str, dict[str, Any]]:
 
 def test_relations_the_referee_flagged_read_as_stated() -> None:
     found = findings()
-    # "660 times" is 660.55 without its decimals (the same article prints 660.6)
-    assert found["param_ratio_660"]["status"] == "holds"
-    assert found["param_ratio_660"]["printed_stands_for"] == pytest.approx([660.0, 661.0])
+    # "660 times": 660.55 (printed 660.6) without its decimals holds; rounded it is 661
+    assert "param_ratio_660" not in found  # a printed number, no declared truncation
+    ratio = found["param_ratio_660_rounding"]
+    assert ratio["status"] == "ambiguous"
+    assert [r["status"] for r in ratio["readings"]] == ["holds", "fails"]
+    assert [r["printed_stands_for"] for r in ratio["readings"]] == \
+        [pytest.approx([660.0, 661.0]), pytest.approx([659.5, 660.5])]
     # 435x: the corpus's 940M images, or the next-token run's at most 900M samples (416.7x)
     ratio = found["images_ratio_435_units"]
     assert ratio["status"] == "ambiguous"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.audit.claims import parse_full_registry
+from harness.audit.claims import ClaimsError, parse_full_registry
 from harness.audit.relations import check_relation, grimmer_feasible
 
 REP = {"article": "audit_article", "section": "x"}
@@ -47,6 +47,7 @@ CLAIMS = [
     c("pool_15k", 15000, "15,000", "count"),
     c("shift", 0.002, "0.002"), c("clean", 0.193, "0.193"), c("full", 0.184, "0.184"),
     c("seed1", 0.191, "0.191"),
+    c("ratio_660", 660, "660", "ratio"), c("ratio_660_6", 660.6, "660.6", "ratio"),
 ]
 
 # type -> (fields that hold, fields that fail)
@@ -66,6 +67,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "grimmer": ({"mean": "hr_ok"}, {"mean": "hr_bad"}),
     "chance_pool": ({"chance": "chance", "pool": "pool_1k", "k": 1},
                     {"chance": "chance", "pool": "pool_15k", "k": 1}),
+    # "660" is 660.6 without its decimals; rounded, 660.6 is 661
+    "printed_as": ({"printed": "ratio_660", "quantity": "ratio_660_6", "rounding": "down"},
+                   {"printed": "ratio_660", "quantity": "ratio_660_6", "rounding": "nearest"}),
 }
 
 
@@ -108,6 +112,16 @@ def test_two_readings_that_disagree_are_ambiguous_and_both_named() -> None:
     assert "reading 2 (against the first seed): holds" in out["detail"]
     both_hold = run("bound", readings=[{"reading": "one", **good}, {"reading": "two", **good}])
     assert both_hold["status"] == "holds"
+
+
+def test_printed_as_names_its_rounding() -> None:
+    out = run("printed_as", CASES["printed_as"][1])["readings"][0]
+    assert out["printed_stands_for"] == pytest.approx([659.5, 660.5])
+    assert out["detail"].endswith("stands for [659.5, 660.5) when rounded")
+    with pytest.raises(ClaimsError, match="unknown value 'up'"):
+        run("printed_as", {**CASES["printed_as"][0], "rounding": "up"})
+    with pytest.raises(ClaimsError, match="relation across units"):
+        run("printed_as", {**CASES["printed_as"][0], "quantity": "good"})
 
 
 @pytest.mark.parametrize("mean, half, seeds, n, ok", [

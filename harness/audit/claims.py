@@ -38,7 +38,7 @@ SOURCES = ("paper", "code", "rerun", "article", "press")
 SPREAD_KINDS = ("seeds", "half_range", "ci", "none")
 CHECKS = ("eq", "ge", "le", "gt", "lt")
 RELATION_TYPES = ("difference", "compare", "per_seed_bound", "bound", "same_order",
-                  "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool")
+                  "interval_vs_seeds", "binomial_min", "grimmer", "chance_pool", "printed_as")
 RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "not_rerun",
               "metadata", "evaluated", "ranking", "sts_arm", "pairfree_bound", "web_text")
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
@@ -91,7 +91,8 @@ class Check:
     claim's own value). Ordering: arm `a` against arm `b` on metric `key`; `type` "order" (a
     beats b, by the printed gap when there is one) or "inseparable" (the two cannot be
     separated); `of` names the two claims whose difference is the claimed gap when the article
-    prints no gap.
+    prints no gap; `min_gap` the smallest gap an order-only claim's conclusion needs (0: any
+    gap; above 0 the claim's `margin_why` argues it).
     """
 
     key: str = ""
@@ -103,6 +104,7 @@ class Check:
     b: str = ""
     type: str = "order"
     of: tuple[str, ...] = ()
+    min_gap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Claim:
     quote: str = ""
     scale: float = 1.0
     margin: float | None = None
+    margin_why: str = ""  # the argument for `margin` (or `check.min_gap`): required with either
     rounding: str = "nearest"  # how `printed` was rounded from the value (ROUNDINGS)
     line: int = 0
 
@@ -167,9 +170,9 @@ ROUNDINGS = ("nearest", "down", "exact")
 
 def printed_interval(printed: str, rounding: str = "nearest") -> tuple[float, float]:
     """The values a printed number stands for (statcheck style): '.184' -> [.1835, .1845);
-    with rounding 'down' (a number the text truncates, e.g. "660 times" for 660.55 where the
-    same article prints 660.6) '660' -> [660, 661); 'exact' (a count of named things) -> the
-    number itself."""
+    with rounding 'down' (a number the text truncates, e.g. "660 times" read as 660.55 without
+    its decimals, one reading of relation param_ratio_660_rounding) '660' -> [660, 661); 'exact'
+    (a count of named things) -> the number itself."""
     value = parse_number(printed, "printed")
     step = 10.0 ** -decimals(printed)
     if rounding == "exact":
@@ -285,7 +288,11 @@ def _check(raw: Any, where: str) -> Check | None:
     of = tuple(str(x) for x in raw.get("of") or ())
     if of and len(of) != 2:
         raise ClaimsError(f"{where}.of: name exactly two claim ids (a's value, b's value)")
-    return Check(str(raw.get("key", "")), op, bound, factor, requires, a, b, kind, of)
+    min_gap = parse_number(raw.get("min_gap", 0), f"{where}.min_gap")
+    if min_gap and kind != "order":
+        raise ClaimsError(f"{where}.min_gap: only an order (type: order) has a smallest "
+                          "material gap; an inseparable claim's gap margin is its `margin:`")
+    return Check(str(raw.get("key", "")), op, bound, factor, requires, a, b, kind, of, min_gap)
 
 
 def _margin(raw: Any, where: str) -> float | None:
@@ -358,6 +365,15 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
                               "setup.sources (a list of source names) and the arm(s) "
                               f"(setup.arm or check: {{a, b}}); missing or malformed: "
                               f"{lacking or ['sources' if 'sources' in setup else 'arm']}")
+    margin, margin_why = _margin(rec.get("margin"), f"{at} field margin"), \
+        str(rec.get("margin_why") or "")
+    if check is not None and check.type == "inseparable" and "margin" not in rec:
+        raise ClaimsError(f"{at}: \"cannot be separated\" is equivalence of the gap to 0 within "
+                          "a gap margin of its own: give `margin:` and `margin_why:` (the "
+                          "argument for it)")
+    if ("margin" in rec or (check is not None and check.min_gap)) and not margin_why:
+        raise ClaimsError(f"{at}: a claim's own margin (or check.min_gap) needs its argument "
+                          "in `margin_why:`")
     scale = parse_number(rec.get("scale", 1), f"{at} field scale")
     if scale <= 0:
         raise ClaimsError(f"{at} field scale: {scale:g} must be above 0")
@@ -369,7 +385,7 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
         setup=setup, where=str(_require(rec, "where", f"{at} field where")),
         reported_by=article, section=section, source=source, kind=kind,
         rule=rule, formula=formula, why_not_rerun=why, check=check, quote=quote, scale=scale,
-        margin=_margin(rec.get("margin"), f"{at} field margin"),
+        margin=margin, margin_why=margin_why,
         rounding=_choice(rec.get("rounding", "nearest"), ROUNDINGS, f"{at} field rounding"),
         line=line,
     )
@@ -423,10 +439,11 @@ RELATION_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
     "binomial_min": (("interval",), (), ()),
     "grimmer": (("mean",), (), ()),
     "chance_pool": (("chance", "pool"), (), ("k",)),
+    "printed_as": (("printed",), (), ("quantity", "rounding")),
 }
 # relation types whose claims must share one metric (a difference of R@1 and mutual 10-NN is
 # meaningless); ratios across units are formulas with explicit `scale`s instead
-SAME_METRIC = ("difference", "compare", "per_seed_bound", "bound")
+SAME_METRIC = ("difference", "compare", "per_seed_bound", "bound", "printed_as")
 
 
 # metrics that count the same things: a sample of one text is at most one unique image
@@ -473,6 +490,9 @@ def _reading(raw: Mapping[str, Any], rtype: str, claims: Mapping[str, Claim], at
     fields = {k: raw[k] for k in (*ids, *lists, *other) if k in raw}
     if "op" in other:
         fields["op"] = _choice(_require(raw, "op", at), CHECKS, f"{at} field op")
+    if "rounding" in other:
+        fields["rounding"] = _choice(_require(raw, "rounding", at), ROUNDINGS,
+                                     f"{at} field rounding")
     if rtype in SAME_METRIC:
         metrics = {claims[n].metric for n in named if n not in quantity_ids}
         metrics |= {_formula_metric(str(raw["quantity"]), claims)} if quantity_ids else set()

@@ -1,5 +1,5 @@
-"""The audit document: every claim through its rule, every arithmetic check, the summary
-counts (schema prh.audit/1)."""
+"""The audit document: every claim through its rule, the family step over the claims judged
+from sampled runs (Holm), every arithmetic check, the summary counts (schema prh.audit/1)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from harness.audit.claims import (
     Claim,
     Registry,
 )
-from harness.audit.decide import at_chance
+from harness.audit.decide import P_DIFFERS, at_chance
 from harness.audit.paths import ELSEWHERE, path_of, rerun_paths
 from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
 from harness.records.schemas import AUDIT
 from harness.records.verdicts import COUNT_CHECK, GAP_CHECK, MEAN_CHECK, STATUSES, VERDICTS
+from harness.stats.equivalence import ALPHA, holm
 
 
 def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
@@ -128,6 +129,43 @@ def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) ->
     return {k: counts.get(k, 0) for k in keys}
 
 
+# The rules whose verdicts rest on sampled runs (seeds, test pairs): their "differs" form one
+# family per audit document. Deterministic evaluations and theory identities stay out.
+FAMILY_RULES = ("measured", "ordering", "sts_arm", "web_text")
+
+
+def family(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Holm's step-down at family-wise ALPHA over every claim of `rows` whose rule is sampled
+    and that was tested (its evidence holds a `P_DIFFERS`; a claim under 3 seeds, at chance or
+    not comparable was not). Each member's evidence gains its adjusted p; a "differs" whose
+    adjusted p exceeds ALPHA becomes "inconclusive" and says so (Holm 1979 holds the error
+    under any dependence: the claims share arms, seeds and test pairs). Returns the family
+    block of the audit document."""
+    tested = {r["id"]: r for r in rows
+              if r["rule"] in FAMILY_RULES and r["evidence"].get(P_DIFFERS) is not None}
+    adjusted = holm({cid: float(r["evidence"][P_DIFFERS]) for cid, r in tested.items()})
+    k, beyond = len(tested), 0
+    for cid, row in tested.items():
+        p, q = float(row["evidence"][P_DIFFERS]), adjusted[cid]
+        row["evidence"] = {**row["evidence"], "p_differs_holm": q}
+        if row["verdict"] != "differs":
+            continue
+        beyond += 1
+        if q <= ALPHA:
+            row["reason"] = f"{row['reason']}; Holm over {k} claims: adjusted p = {q:.3g}"
+        else:
+            row["verdict"] = "inconclusive"
+            row["reason"] = (f"\"differs\" at the claim's own {ALPHA:.0%} level (p = {p:.3g}), "
+                             f"not after Holm over {k} claims (adjusted p = {q:.3g}): "
+                             f"{row['reason']}")
+    members = [{"id": cid, "rule": r["rule"], "p": float(r["evidence"][P_DIFFERS]),
+                "p_adjusted": adjusted[cid], "verdict": r["verdict"]}
+               for cid, r in tested.items()]
+    return {"method": "holm", "alpha": ALPHA, "k": k, "members": members,
+            "differs": sum(m["verdict"] == "differs" for m in members),
+            "beyond_unadjusted": beyond}
+
+
 def _compares(claim: Claim) -> dict[str, str] | None:
     """What an ordering claim compares (arm a against b on a metric, `order` or
     `inseparable`): the report shows the claims about one comparison together."""
@@ -154,6 +192,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "evidence": dict(v.evidence),
                      "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None,
                      "compares": _compares(c)})
+    fam = family(rows)
     checks = arithmetic_checks(ctx)
     judged = {r["id"] for r in rows if r["verdict"] not in ("not rerun", "not comparable")}
     for check in checks:  # a rerun check's readers: the claims this audit judged from it
@@ -161,4 +200,5 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
             check["claims"] = [cid for cid in check["claims"] if cid in judged]
     return {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
             "arithmetic": checks, "at_chance": at_chance(ctx.results),
-            "rerun_paths": rerun_paths(ctx.claims, rows), "summary": summarize(rows, checks)}
+            "rerun_paths": rerun_paths(ctx.claims, rows), "family": fam,
+            "summary": summarize(rows, checks)}

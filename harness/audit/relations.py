@@ -3,8 +3,10 @@ of the printed means, comparisons, a bound stated for every seed against the mea
 stated for one quantity read against another, "the same order as" between two rankings, an
 interval against its own seeds' spread, an interval against the binomial minimum for its n,
 mean +- half-range feasible for its seeds (GRIMMER, Anaya 2016, PeerJ Preprints 4:e2400v1), a
-chance level against its candidate pool. A relation with two readings of the text is
-"ambiguous" when they disagree; both readings and their results are listed.
+chance level against its candidate pool, a printed number against the number it is read from
+under a reading's rounding (rounded, or written without its decimals). A relation with two
+readings of the text is "ambiguous" when they disagree; both readings and their results are
+listed.
 """
 
 from __future__ import annotations
@@ -175,10 +177,29 @@ def rel_chance_pool(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[s
                       f"{_fmt(k / (chance.scalar() * chance.scale))})"}
 
 
+READ_AS = {"nearest": "when rounded", "down": "when written without its decimals",
+           "exact": "when exact"}
+
+
+def rel_printed_as(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, Any]:
+    """A printed number against the quantity it is read from, under the reading's rounding
+    ('nearest': the quantity rounds to it; 'down': it is the quantity without its decimals)."""
+    p, mode = claims[f["printed"]], f["rounding"]
+    span = evaluate(f["quantity"], claims)
+    status = rounded_status(span, str(p.printed), p.scale, mode)
+    lo, hi = (x * p.scale for x in printed_interval(str(p.printed), mode))
+    return {"status": status, "recomputed": span.point, "recomputed_range": [span.lo, span.hi],
+            "printed_stands_for": [lo, hi],
+            "detail": f"{f['quantity']} = {_fmt(span.point)} (range {_fmt(span.lo)} to "
+                      f"{_fmt(span.hi)}) against printed {p.printed}, which stands for "
+                      f"[{_fmt(lo)}, {_fmt(hi)}) {READ_AS[mode]}"}
+
+
 RELATIONS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Claim]], dict[str, Any]]] = {
     "difference": rel_difference, "compare": rel_compare, "per_seed_bound": rel_per_seed_bound,
     "bound": rel_bound, "same_order": rel_same_order, "interval_vs_seeds": rel_interval_vs_seeds,
     "binomial_min": rel_binomial_min, "grimmer": rel_grimmer, "chance_pool": rel_chance_pool,
+    "printed_as": rel_printed_as,
 }
 
 

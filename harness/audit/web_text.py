@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from harness.audit.claims import Claim, printed_interval
-from harness.audit.decide import ALPHA, decide
+from harness.audit.decide import decide, decide_order
 from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
 from harness.records import names
 from harness.records.verdicts import not_rerun
+from harness.stats.equivalence import ALPHA
 from harness.stats.estimators import (
     MIN_SEEDS_FOR_TRAINING_VARIANCE,
     TwoLevel,
@@ -231,21 +232,14 @@ def _borrowed(est: TwoLevel, seeds: Sequence[int], ctx: Context, benchmark: str
 
 def _order(claim: Claim, est: TwoLevel, margin: float, ctx: Context
            ) -> tuple[str, str, dict[str, Any]]:
-    """Arm a against arm b on the same items: the order (a 95% interval over seeds and items
-    on one side of 0), and a printed gap by decide's equivalence rule, as rules.rule_ordering
-    judges the Flickr30k rerun."""
+    """Arm a against arm b on the same items, as rules.rule_ordering judges the Flickr30k
+    rerun: an order alone on the population interval (`decide_order`), a printed gap (or the
+    difference of the two claims `check.of` names) by `decide`."""
     assert claim.check is not None
-    iv = est.population_interval(1 - ALPHA)
-    shown = (f"{claim.check.a} - {claim.check.b} = {est.estimate:+.4f}, {1 - ALPHA:.0%} "
-             f"[{iv.lo:+.4f}, {iv.hi:+.4f}] ({iv.method})")
-    evidence = {"run": est.estimate, "ci": [iv.lo, iv.hi], "note": est.note()}
-    if iv.hi < 0:
-        return "differs", f"the other order: {shown}", evidence
+    what = f"{claim.check.a} - {claim.check.b}"
     if claim.metric != "difference":
-        return ("reproduced" if iv.lo > 0 else "inconclusive"), f"order only: {shown}", evidence
+        return decide_order(est, what, claim.check.min_gap)
     gap = (ctx.claims[claim.check.of[0]].scalar() - ctx.claims[claim.check.of[1]].scalar()
            if claim.check.of else claim.scalar())
     verdict, reason, extra = decide(est, gap, margin, claim_seeds(claim))
-    if verdict == "reproduced" and iv.lo <= 0:
-        verdict, reason = "inconclusive", f"the interval reaches 0: {reason}"
-    return verdict, f"{shown}; {reason}", {**extra, **evidence}
+    return verdict, f"{what}: {reason}", extra

@@ -274,18 +274,23 @@ class TwoLevel:
         return self._interval(self.se_population, self.df_population, level,
                               self.method_population)
 
-    def prediction_interval(self, m_seeds: int, level: float = 0.95) -> Interval:
-        """Where the mean of an independent m-seed replication on these same test pairs falls
-        (a paper's number is one): variance se^2 + one seed's variance / m, t with the rerun's
-        df (a two-sample t whose common per-seed variance comes from the rerun alone). Below 3
-        seeds one seed's variance is stood in for by n_seeds * se^2 = (S s_pair^2 + s_noise^2) / n
-        (se^2 there is the test-pair variance of the seed-mean outcome): it holds pair effects
-        a shared-pairs replication does not add, so it is wider than needed unless training
-        variance exceeds it."""
+    def prediction_se(self, m_seeds: int) -> float:
+        """The se of rerun - (the mean of an independent m-seed replication on these same test
+        pairs; a paper's number is one): se^2 + one seed's variance / m (a two-sample t whose
+        common per-seed variance comes from the rerun alone, with the rerun's df). Below 3
+        seeds one seed's variance is stood in for by n_seeds * se^2 = (S s_pair^2 + s_noise^2)
+        / n (se^2 there is the test-pair variance of the seed-mean outcome): it holds pair
+        effects a shared-pairs replication does not add, so it is wider than needed unless
+        training variance exceeds it."""
         if m_seeds < 1:
             raise ValueError(f"m_seeds must be >= 1, got {m_seeds}")
         one_seed = self.seed_var if self.seed_var is not None else self.n_seeds * self.se ** 2
-        return self._interval(math.sqrt(self.se ** 2 + one_seed / m_seeds), self.df, level,
+        return math.sqrt(self.se ** 2 + one_seed / m_seeds)
+
+    def prediction_interval(self, m_seeds: int, level: float = 0.95) -> Interval:
+        """Where the mean of an independent m-seed replication on these same test pairs falls:
+        estimate +- t(df) * `prediction_se(m_seeds)`."""
+        return self._interval(self.prediction_se(m_seeds), self.df, level,
                               f"prediction interval for a {m_seeds}-seed replication on the "
                               f"same test pairs ({self.method})")
 
