@@ -248,3 +248,13 @@ def test_pool_size_panels_name_their_y_axis():
                                                                    "value": [0.1, 0.01]}}
                             for m in ("r_at_1", "mknn10")})
     assert "R@1 (share of queries)" in svg and "mutual k-NN overlap" in svg
+
+
+def test_first_page_reads_the_holm_line_off_the_family_block() -> None:
+    fam = {"method": "holm", "alpha": 0.05, "k": 16, "members": [], "differs": 1,
+           "beyond_unadjusted": 3}
+    line = first_page({"claims": [], "family": fam}, None, "flickr30k")["family"]
+    assert line == ("differs: 1 of 16 claims judged from sampled runs (Holm, family-wise 5%); "
+                    "2 more beyond the margin at the claim's own 5% level, not after Holm "
+                    "(inconclusive).")
+    assert first_page({"claims": []}, None, "flickr30k")["family"] == ""
