@@ -258,3 +258,6 @@ def test_first_page_reads_the_holm_line_off_the_family_block() -> None:
                     "2 more beyond the margin at the claim's own 5% level, not after Holm "
                     "(inconclusive).")
     assert first_page({"claims": []}, None, "flickr30k")["family"] == ""
+    none = first_page({"claims": [], "family": {**fam, "k": 0, "differs": 0,
+                                                "beyond_unadjusted": 0}}, None, "world")
+    assert none["family"].startswith("differs: none; no claim was judged from sampled runs")

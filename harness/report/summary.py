@@ -282,6 +282,9 @@ def family_line(audit: Mapping[str, Any] | None) -> str:
     fam = (audit or {}).get("family")
     if not fam:
         return ""
+    if not fam["k"]:
+        return ("differs: none; no claim was judged from sampled runs (each needs 3 seeds per "
+                "arm and the claim's own data), so there is no Holm family.")
     line = (f"differs: {fam['differs']} of {fam['k']} claims judged from sampled runs (Holm, "
             f"family-wise {fam['alpha']:.0%})")
     only = fam["beyond_unadjusted"] - fam["differs"]
