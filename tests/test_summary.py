@@ -255,8 +255,7 @@ def test_first_page_reads_the_holm_line_off_the_family_block() -> None:
            "beyond_unadjusted": 3}
     line = first_page({"claims": [], "family": fam}, None, "flickr30k")["family"]
     assert line == ("differs: 1 of 16 claims judged from sampled runs (Holm, family-wise 5%); "
-                    "2 more beyond the margin at the claim's own 5% level, not after Holm "
-                    "(inconclusive).")
+                    "2 more at the claim's own 5% level only, not after Holm (inconclusive).")
     assert first_page({"claims": []}, None, "flickr30k")["family"] == ""
     none = first_page({"claims": [], "family": {**fam, "k": 0, "differs": 0,
                                                 "beyond_unadjusted": 0}}, None, "world")

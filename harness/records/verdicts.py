@@ -1,8 +1,12 @@
 """The audit's vocabulary: the verdict of a claim, the status of a check, the `--fail-on`
 names of the CI gate and the reasons a claim is not rerun. The audit writes these words; the
-report's summary and the CI gate read them from here."""
+report's summary and the CI gate read them from here; `family_line` says the audit's Holm
+family in one line."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered)",
             "pattern seen on another profile", "pattern not seen on another profile",
@@ -50,3 +54,22 @@ def category_of(reason: str) -> str:
 def gist(reason: str) -> str:
     """A reason without its parenthesised details (the claim's setup, the numbers)."""
     return reason.split(" (")[0]
+
+
+def family_line(audit: Mapping[str, Any] | None) -> str:
+    """The Holm line of the first page: how many of the audit's sampled claims differ after
+    the family step, and how many only before it; '' when the audit has no family block (an
+    audit written before it existed)."""
+    fam = (audit or {}).get("family")
+    if not fam:
+        return ""
+    if not fam["k"]:
+        return ("differs: none; no claim was judged from sampled runs (each needs 3 seeds per "
+                "arm and the claim's own data), so there is no Holm family.")
+    line = (f"differs: {fam['differs']} of {fam['k']} claims judged from sampled runs (Holm, "
+            f"family-wise {fam['alpha']:.0%})")
+    only = fam["beyond_unadjusted"] - fam["differs"]
+    if only:
+        line += (f"; {only} more at the claim's own {fam['alpha']:.0%} level only, not after "
+                 "Holm (inconclusive)")
+    return line + "."

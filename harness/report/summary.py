@@ -271,27 +271,8 @@ def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | Non
             "chance": chance_sentences(audit) if audit else [],
             "arithmetic": arithmetic_findings(audit) if audit else [],
             "counts": {k: v for k, v in counts.items() if v},
-            "family": family_line(audit),
+            "family": verdicts.family_line(audit),
             "paths": path_rows(audit) if audit else []}
-
-
-def family_line(audit: Mapping[str, Any] | None) -> str:
-    """The Holm line of the first page: how many of the audit's sampled claims differ after
-    the family step, and how many only before it; '' when the audit has no family block (an
-    audit written before it existed)."""
-    fam = (audit or {}).get("family")
-    if not fam:
-        return ""
-    if not fam["k"]:
-        return ("differs: none; no claim was judged from sampled runs (each needs 3 seeds per "
-                "arm and the claim's own data), so there is no Holm family.")
-    line = (f"differs: {fam['differs']} of {fam['k']} claims judged from sampled runs (Holm, "
-            f"family-wise {fam['alpha']:.0%})")
-    only = fam["beyond_unadjusted"] - fam["differs"]
-    if only:
-        line += (f"; {only} more beyond the margin at the claim's own {fam['alpha']:.0%} level, "
-                 "not after Holm (inconclusive)")
-    return line + "."
 
 
 PATH_ORDER = ("wit1024", "flickr30k", "unavailable")  # cheapest first

@@ -19,6 +19,7 @@ from harness.audit.gate import (
 )
 from harness.config.params import load_params
 from harness.records.schemas import RECAP_SCORES, REFERENCE, RESULTS, THEORY, Schema
+from harness.records.verdicts import family_line
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
 
@@ -91,6 +92,7 @@ def main(argv: list[str]) -> int:
     doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p and p.exists()}
     for verdict, count in doc["summary"].items():
         print(f"{verdict:<38} {count}")
+    print(family_line(doc))
     if args.out:
         write_json(args.out, doc)
         print(f"wrote {args.out}")
