@@ -48,6 +48,8 @@ def test_adding_a_seed_keeps_the_params_hash_and_a_train_change_moves_it(tmp_pat
      ["world.train", "global_scale"]),
     (lambda r: r["world"]["train"].update(learning_rate=1.0), ["world.train", "learning_rate"]),
     (lambda r: r.update(seeds=[0, 0]), ["seeds", "distinct"]),
+    (lambda r: r.update(seeds=[2 ** 32]), ["seeds", "[0, 2^32)"]),
+    (lambda r: r.update(seeds=[10 ** 20]), ["seeds", "[0, 2^32)"]),
     (lambda r: r.update(arms=["good", "clip"]), ["arms"]),
     (lambda r: r["world"]["eval"].update(k=0), ["world.eval", "k"]),
     (lambda r: r["world"].pop("theory"), ["missing section", "theory"]),

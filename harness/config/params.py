@@ -252,13 +252,17 @@ def read_top_level(path: Path) -> dict[str, Any]:
     return raw
 
 
+SEED_LIMIT = 2 ** 32  # numpy's legacy seeding and many samplers take a 32-bit seed
+
+
 def check_seeds(seeds: Any, where: str) -> list[int]:
-    """`seeds` when it is a non-empty list of distinct integers >= 0; else ParamsError at
-    `where` (params.yaml's `seeds`, `recap.train.seeds`)."""
+    """`seeds` when it is a non-empty list of distinct integers in [0, 2^32); else ParamsError
+    at `where` (params.yaml's `seeds`, `recap.train.seeds`), before any training starts."""
     if not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds) \
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
-        raise ParamsError(f"{where}: expected a non-empty list of distinct integers >= 0, "
-                          f"got {seeds!r}")
+            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < SEED_LIMIT
+                   for s in seeds):
+        raise ParamsError(f"{where}: expected a non-empty list of distinct integers in [0, "
+                          f"2^32), got {seeds!r}")
     return seeds
 
 
