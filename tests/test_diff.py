@@ -152,6 +152,30 @@ def test_different_number_of_test_pairs_is_refused(tmp_path: Path) -> None:
         diff_sets(load_set(f"{ALIGN}:good@0"), load_set(str(other)), n_resamples=200)
 
 
+def test_a_per_query_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    doc = json.loads((ALIGN / "good-s1.json").read_text())
+    doc["per_query"] = "good-s1.npz\n"
+    (other / "good-s1.json").write_text(json.dumps(doc))
+    shutil.copy(ALIGN / "good-s1.npz", other / "good-s1.npz")
+    with pytest.raises(DiffError, match=r"per_query 'good-s1.npz\\n' is not a file name"):
+        load_set(str(other))
+
+
+def test_a_per_query_link_out_of_the_run_folder_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(ALIGN / "good-s1.npz", outside / "secret.npz")
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(ALIGN / "good-s1.json", other / "good-s1.json")
+    (other / "good-s1.npz").symlink_to(outside / "secret.npz")
+    with pytest.raises(DiffError, match=r"good-s1.npz: a link to .*secret.npz, outside its run "
+                       "folder"):
+        load_set(str(other))
+
+
 def test_empty_selection_names_the_files() -> None:
     with pytest.raises(DiffError, match="matches none of bad-s0.json"):
         load_set(f"{ALIGN}:good@7")

@@ -63,8 +63,14 @@ class Files:
         return sorted(Path(p).name for p in self.fs.ls(folder, detail=False))
 
     def read(self, path: str) -> bytes | None:
+        """The file's bytes (None when absent); in the working tree, a link that leads out of
+        the file's own folder is refused, so a run folder's reader opens nothing outside it."""
         if self.fs is None:
             p = Path(path)
+            if p.is_symlink() and p.resolve().parent != p.parent.resolve():
+                raise DiffError(f"{path}: a link to {p.resolve()}, outside its run folder; "
+                                "readers open nothing outside it: replace the link with the "
+                                "file (rerun its align stage)")
             return p.read_bytes() if p.exists() else None
         return self.fs.cat_file(path) if self.fs.exists(path) else None
 

@@ -10,8 +10,8 @@ from typing import Any
 from harness.records.schemas import RUN
 from prh.io import ContractError
 
-RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json$")
-PER_QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.npz$")  # a bare name: no / nor ..
+RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json\Z")
+PER_QUERY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.npz")  # a bare name: no / nor ..
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -33,7 +33,7 @@ def check_run_file(name: str, data: Any, where: str) -> dict[str, Any]:
                             f"{run.get('seed')!r}, the file name says otherwise")
     per_query = data.get("per_query")
     if per_query is not None and (not isinstance(per_query, str)
-                                  or not PER_QUERY_NAME.match(per_query)):
+                                  or not PER_QUERY_NAME.fullmatch(per_query)):
         raise ContractError(f"{where}: per_query {per_query!r} is not a file name beside the run "
                             "file (ARM-sSEED.npz, no folder); readers open nothing outside the "
                             "run folder: rerun its align stage")
