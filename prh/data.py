@@ -116,6 +116,9 @@ def _source_texts(image: Mapping[str, Any], source: str, where: str) -> tuple[st
     return tuple(t.strip() for t in value)
 
 
+NAME_MAX = 255  # bytes in one part of a path (Linux, macOS and Windows file systems alike)
+
+
 def check_file_name(name: str, where: str) -> str:
     """`name` as a photo's file name: a relative path inside the image folder. Empty names,
     absolute paths and `..` segments are refused with the record (`where`), so no stage opens
@@ -124,9 +127,12 @@ def check_file_name(name: str, where: str) -> str:
     absolute = parts[0] == "" or (len(parts[0]) == 2 and parts[0][1] == ":")  # /x, \\x, C:
     why = ("is empty" if not name.strip() else "holds a NUL byte" if "\0" in name
            else "is an absolute path" if absolute else "has a '..' segment" if ".." in parts
+           else f"has a part over {NAME_MAX} bytes, more than a file system holds"
+           if any(len(p.encode("utf-8", "surrogateescape")) > NAME_MAX for p in parts)
            else "")
     if why:
-        raise DataError(f"{where}: file name {name!r} {why}; a photo's file name is a path "
+        shown = name if len(name) <= 120 else f"{name[:60]}...{name[-20:]}"
+        raise DataError(f"{where}: file name {shown!r} {why}; a photo's file name is a path "
                         "relative to the image folder with no '..' (e.g. '1000092795.jpg'): fix "
                         "the record or drop it")
     return name
@@ -244,38 +250,42 @@ def karpathy_warnings(corpus: CaptionCorpus, n_files: int) -> list[str]:
     return out
 
 
-def _in_dvc_cache(path: Path) -> bool:
-    """Whether `path` lies in a DVC cache (`.dvc/cache`), where `cache.type: symlink` links
-    a tracked folder's files."""
-    return any(a.name == "cache" and a.parent.name == ".dvc" for a in path.parents)
-
-
-def photo_paths(photos: Sequence[Photo], image_dir: Path) -> list[Path]:
+def photo_paths(photos: Sequence[Photo], image_dir: Path, cache: Path | None = None
+                ) -> list[Path]:
     """The files of `photos` in `image_dir`, confined to it. Symlink policy: a link (the file
-    or a folder on its way) is followed when its target lies inside the image folder, or in a
-    DVC cache (`dvc add` with `cache.type: symlink`); any other target is refused with the
-    record, as is a file name that leaves the folder (`check_file_name`). The image folder
+    or a folder on its way) is followed when its target lies inside the image folder, or inside
+    `cache` (the caller's own DVC cache, resolved: `dvc add` with `cache.type: symlink`); any
+    other target is refused with the record, as is a file name that leaves the folder
+    (`check_file_name`), a link loop and a name the file system cannot hold. The image folder
     itself may be a link (data kept on another disk): confinement is to its resolved path."""
     root = image_dir.resolve()
     out = []
     for photo in photos:
-        check_file_name(photo.filename, f"{image_dir}: imgid {photo.id}")
+        where = f"{image_dir}: imgid {photo.id}"
+        check_file_name(photo.filename, where)
         path = image_dir / photo.filename
-        target = path.resolve()
-        if not target.is_relative_to(root) and not _in_dvc_cache(target):
+        try:
+            target = path.resolve()
+        except (RuntimeError, OSError) as e:  # a link loop, a name too long for the disk
+            raise DataError(f"{where} ({photo.split}): {photo.filename[:80]!r} cannot be "
+                            f"resolved ({getattr(e, 'strerror', None) or e}); fix or remove "
+                            "that file or link") from None
+        if not target.is_relative_to(root) and not (cache and target.is_relative_to(cache)):
             raise DataError(f"{path} (imgid {photo.id}, {photo.split}): a symlink to {target}, "
                             f"outside {root}; copy the photo into the image folder (links are "
-                            "followed only when they stay inside it or point into DVC's cache)")
+                            "followed only when they stay inside it or point into this "
+                            "repository's DVC cache)")
         out.append(path)
     return out
 
 
-def check_image_files(corpus: CaptionCorpus, image_dir: Path) -> int:
+def check_image_files(corpus: CaptionCorpus, image_dir: Path, cache: Path | None = None) -> int:
     """Open and decode every photo the file names (all splits); raise one DataError naming each
     missing, empty or undecodable file with its record, or a file outside the folder
     (`photo_paths`). Returns the folder's file count."""
     bad = []
-    for i, (photo, path) in enumerate(zip(corpus.photos, photo_paths(corpus.photos, image_dir),
+    for i, (photo, path) in enumerate(zip(corpus.photos,
+                                          photo_paths(corpus.photos, image_dir, cache),
                                           strict=True)):
         why = ("missing" if not path.is_file() else "empty (0 bytes)"
                if path.stat().st_size == 0 else _undecodable(path))

@@ -4,6 +4,7 @@ a corrupt tracking store, Ctrl-C and a full disk. Each ends in one line, never a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import subprocess
@@ -52,6 +53,46 @@ def test_a_symlink_out_of_the_image_folder_is_refused_one_inside_is_followed(tmp
     with pytest.raises(DataError, match=rf"imgid {corpus.photos[0].id}.*a symlink to "
                                         rf"{outside / 'secret.jpg'}, outside {folder}"):
         photo_paths(corpus.photos, folder)
+
+
+def test_only_this_repositorys_dvc_cache_is_trusted_as_a_link_target(tmp_path, monkeypatch):
+    """A link into another project's `.dvc/cache` is refused (it used to be followed: any
+    folder named cache under any .dvc); one into this repository's cache, as `dvc cache dir`
+    names it (a relative `cache.dir` in .dvc/config too), is followed."""
+    from harness.data.dvccache import dvc_cache_dir
+
+    corpus = load_karpathy(write(tmp_path, karpathy_doc()))
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    folder = repo / "data/images"
+    folder.mkdir(parents=True)
+    (repo / ".dvc").mkdir()
+    for p in corpus.photos[1:]:
+        (folder / p.filename).write_bytes(b"x")
+    (other / ".dvc/cache/files/md5/ab").mkdir(parents=True)
+    (other / ".dvc/cache/files/md5/ab/cd").write_bytes(b"x")
+    (folder / corpus.photos[0].filename).symlink_to(other / ".dvc/cache/files/md5/ab/cd")
+    monkeypatch.chdir(repo)
+    assert dvc_cache_dir() == (repo / ".dvc/cache").resolve()
+    with pytest.raises(DataError, match=r"a symlink to .*other/.dvc/cache/files/md5/ab/cd, "
+                                        r"outside .*this repository's DVC cache"):
+        photo_paths(corpus.photos, folder, dvc_cache_dir())
+    (repo / ".dvc/config").write_text("[cache]\n    dir = ../../other/.dvc/cache\n")
+    assert dvc_cache_dir() == (other / ".dvc/cache").resolve()
+    assert len(photo_paths(corpus.photos, folder, dvc_cache_dir())) == len(corpus.photos)
+
+
+def test_a_link_loop_or_a_name_too_long_is_one_line_naming_the_record(tmp_path):
+    corpus = load_karpathy(write(tmp_path, karpathy_doc()))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (folder / corpus.photos[0].filename).symlink_to(folder / corpus.photos[0].filename)
+    with pytest.raises(DataError, match=rf"imgid {corpus.photos[0].id} .*cannot be resolved"):
+        photo_paths(corpus.photos, folder)
+    (folder / corpus.photos[0].filename).unlink()
+    long = [dataclasses.replace(corpus.photos[0], filename="x" * 5000 + ".jpg")]
+    with pytest.raises(DataError, match=rf"imgid {corpus.photos[0].id}: file name 'x{{60}}\.\.\."
+                                        r"x{16}\.jpg' has a part over 255 bytes"):
+        photo_paths(long, folder)
 
 
 def test_a_set_smaller_than_the_profile_assumes_is_refused_right_after_reading(tmp_path):

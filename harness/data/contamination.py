@@ -28,6 +28,7 @@ import imagehash
 import numpy as np
 from PIL import Image
 
+from harness.data.dvccache import dvc_cache_dir
 from harness.records.schemas import CONTAMINATION
 from prh.data import check_image_files, check_splits, load_karpathy, photo_paths
 from prh.io import ContractError
@@ -153,7 +154,8 @@ def scan(dataset: Path, image_dir: Path | None, *, prefix_chars: int = 40, n: in
                                                   list(found.items())[:N_EXAMPLES]]}
         flagged[split] |= set(found)
     if image_dir is not None:
-        check_image_files(corpus, image_dir)  # names each unreadable photo with its record
+        # names each unreadable photo with its record
+        check_image_files(corpus, image_dir, dvc_cache_dir())
         report["images"] = _image_report(corpus, image_dir, max_distance, hash_size, flagged)
     for split in EVAL_SPLITS:
         report["clean_ids"][split] = [p.id for p in corpus.split(split)
@@ -164,7 +166,7 @@ def scan(dataset: Path, image_dir: Path | None, *, prefix_chars: int = 40, n: in
 def _image_report(corpus: Any, image_dir: Path, max_distance: int, hash_size: int,
                   flagged: dict[str, set[str]]) -> dict[str, Any]:
     splits = {s: corpus.split(s) for s in ("train", *EVAL_SPLITS)}
-    bits = {s: phash_bits(photo_paths(ps, image_dir), hash_size)
+    bits = {s: phash_bits(photo_paths(ps, image_dir, dvc_cache_dir()), hash_size)
             for s, ps in splits.items()}
     out = {}
     for a, b in (("val", "train"), ("test", "train"), ("test", "val")):

@@ -22,11 +22,12 @@ def check_raw_data(params: Params, raw: Path) -> None:
     file name confined to raw/images (prh.data.photo_paths), the sizes params.yaml asks of it
     (harness.config.validate.check_data)."""
     from harness.config.validate import check_data
+    from harness.data.dvccache import dvc_cache_dir
     from prh.data import check_splits, load_karpathy, photo_paths
 
     corpus = load_karpathy(raw / "dataset.json", min_captions=1)
     check_splits(corpus)
-    photo_paths(corpus.photos, raw / "images")
+    photo_paths(corpus.photos, raw / "images", dvc_cache_dir(raw))
     check_data(params, corpus)
 
 

@@ -16,6 +16,7 @@ def main(argv: list[str]) -> int:
     """Embed the val, test and train photos of --raw (dataset.json, images/) into
     --out/{val,test,train}.npz, and the first half of the train photos (the pair-free image
     pool, the same rows of train.npz) into --out/pool_images.npz."""
+    from harness.data.dvccache import dvc_cache_dir
     from prh import image
     from prh.data import check_splits, load_karpathy, pairfree_halves, photo_paths
 
@@ -33,12 +34,12 @@ def main(argv: list[str]) -> int:
             from harness.config.validate import check_data
 
             check_data(params, corpus)  # before any embedding
-        images = args.raw / "images"
+        images, cache = args.raw / "images", dvc_cache_dir()
         train = corpus.split("train")
         splits = {"val": corpus.split("val"), "test": corpus.split("test"), "train": train}
         pool = pairfree_halves(train)[0]
         needed = [*splits["val"], *splits["test"], *train]
-        image.check_images_exist(photo_paths(needed, images),
+        image.check_images_exist(photo_paths(needed, images, cache),
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
         if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
@@ -48,11 +49,11 @@ def main(argv: list[str]) -> int:
         return fail(e)
     with atomic_dir(args.out) as tmp:
         if cfg.encoder == "world_cnn":
-            paths = photo_paths(train, images)
+            paths = photo_paths(train, images, cache)
             # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
             model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
         for name, photos in splits.items():  # check_splits: none is empty
-            emb = image.embed_images(model, photo_paths(photos, images),
+            emb = image.embed_images(model, photo_paths(photos, images, cache),
                                      image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
                                      batch_size=cfg.embed_batch_size, progress=None)
             meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params.hash}

@@ -35,6 +35,7 @@ def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Pat
 def main(argv: list[str]) -> int:
     """Validate --dataset (Karpathy JSON) and every photo it names in --images, compare it with
     Karpathy's Flickr30k (flickr30k profile), and write the tokenizer and a summary to --out."""
+    from harness.data.dvccache import dvc_cache_dir
     from prh.data import check_image_files, check_splits, karpathy_warnings, load_karpathy
     from prh.tokenizer import train_tokenizer
 
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
             from harness.config.validate import check_data
 
             check_data(params, corpus)
-        n_files = check_image_files(corpus, args.images)
+        n_files = check_image_files(corpus, args.images, dvc_cache_dir())
         warnings = karpathy_warnings(corpus, n_files) if params.profile == "flickr30k" else []
         train = corpus.split("train")
         tokenizer = train_tokenizer((c for p in train for c in p.captions),
