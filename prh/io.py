@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -164,6 +165,10 @@ def read_yaml(path: str | os.PathLike[str], missing_fix: str) -> Any:
         return yaml.load(text, Loader=_unique_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         raise ContractError(f"{p}: not valid YAML ({' '.join(str(e).split())}); fix it") from e
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ContractError(f"{p}: nested too deeply for the YAML reader (it recurses per "
+                            f"level, within Python's limit of {sys.getrecursionlimit()} frames); "
+                            "a config needs a few levels: fix it") from None
 
 
 def save_embeddings(path: str | os.PathLike[str], ids: Sequence[str], emb: np.ndarray,

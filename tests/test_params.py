@@ -53,6 +53,10 @@ def test_adding_a_seed_keeps_the_params_hash_and_a_train_change_moves_it(tmp_pat
     (lambda r: r.update(arms=["good", "clip"]), ["arms"]),
     (lambda r: r["world"]["eval"].update(k=0), ["world.eval", "k"]),
     (lambda r: r["world"].pop("theory"), ["missing section", "theory"]),
+    (lambda r: r.pop("audit"), ["audit", "the section is missing"]),
+    (lambda r: r["flickr30k"]["train"].update(lr=float("nan")), ["flickr30k.train", "lr"]),
+    (lambda r: r["world"]["probe"].update(text_sources=["martians"]),
+     ["world.probe.text_sources", "martians", "people"]),
 ])
 def test_bad_parameter_names_file_and_key(tmp_path, edit, needles):
     path = write(tmp_path, edit)
@@ -189,3 +193,10 @@ def test_flickr30k_with_fewer_than_the_papers_three_seeds_is_warned(tmp_path):
     # the container's flickr30k command commits the three seeds with the profile
     entry = (ROOT / "docker" / "entrypoint.sh").read_text()
     assert 's/^seeds: .*/seeds: [0, 1, 2]/' in entry
+
+
+def test_params_nested_past_the_yaml_readers_depth_is_one_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("profile: world\nworld: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(ParamsError, match=r"params.yaml: nested too deeply for the YAML reader"):
+        load_params(path)

@@ -266,13 +266,14 @@ def check_seeds(seeds: Any, where: str) -> list[int]:
     return seeds
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read params.yaml and select the profile: its arms, seeds and sections are checked here;
-    each stage builds (and so validates) the configs it reads, and `harness.config.validate` builds
-    them all before the pipeline runs."""
+def load_params(path: str | Path = "params.yaml", profile: str | None = None) -> Params:
+    """Read params.yaml and select the profile (`profile`: another training profile's sections
+    instead of the active one's, for checking them): its arms, seeds and sections are checked
+    here; each stage builds (and so validates) the configs it reads, and
+    `harness.config.validate` builds them all, for every profile, before the pipeline runs."""
     path = Path(path)
     raw = read_top_level(path)
-    profile = raw["profile"]
+    profile = profile or raw["profile"]
     if profile in WEB_TEXT:
         raise ParamsError(f"{path}: profile: {profile} runs pipelines/{profile}/dvc.yaml "
                           "(`harness run`); this stage belongs to the training profiles "
@@ -290,6 +291,9 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     if missing:
         raise ParamsError(f"{path}: {profile}: missing section(s) {missing}")
     _unknown(block, SECTIONS, f"{profile}: ", path)
+    if "audit" not in raw:
+        raise ParamsError(f"{path}: audit: the section is missing; copy it (its margins) from "
+                          "the repository's params.yaml")
     audit = raw.get("audit") or {}
     if not isinstance(audit, dict):
         raise ParamsError(f"{path}: audit: expected a mapping with {list(AUDIT_KEYS)}")

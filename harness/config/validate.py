@@ -11,7 +11,7 @@ from harness.config.params import EvalConfig, Params, ParamsError, ProbeConfig
 from prh.data import KARPATHY_FLICKR30K, CaptionCorpus
 from prh.image import ImageConfig
 from prh.train_config import TrainConfig
-from prh.world import COLOURS, COUNTS, OBJECTS, RELATIONS, TEMPLATES, WorldConfig
+from prh.world import COLOURS, COUNTS, OBJECTS, RELATIONS, TEMPLATES, TEXT_SOURCES, WorldConfig
 
 # seeds behind the paper's numbers per profile: the Flickr30k table is a mean of three seeds
 # (the rerun article, "Our rerun"); below 3 no between-seed variance is estimated and the
@@ -104,6 +104,19 @@ def value_problems(profile: str, block: dict) -> list[str]:
 
 
 def validate_params(params: Params) -> None:
+    """`validate_profile` for the active profile and then for every other training profile
+    params.yaml holds, so a bad value in a profile not run now fails here too, not after a
+    switch of profile."""
+    from harness.config.params import PROFILES, load_params, read_top_level
+
+    validate_profile(params)
+    raw = read_top_level(params.path)
+    for other in PROFILES:
+        if other != params.profile and other in raw:
+            validate_profile(load_params(params.path, other))
+
+
+def validate_profile(params: Params) -> None:
     """Check every value alone (`value_problems`), build every config of the profile, refuse
     a missing knob (`missing_knobs`), then check the combinations (`combination_problems`);
     ParamsError names the file, the key and the fix, one line per broken rule."""
@@ -120,7 +133,10 @@ def validate_params(params: Params) -> None:
              for arm in params.arms]
     ev = params.eval_config()
     params.theory_config()
-    params.config(ProbeConfig, "probe")
+    probe = params.config(ProbeConfig, "probe")
+    if params.profile == "world" and set(probe.text_sources) - set(TEXT_SOURCES):
+        raise ParamsError(f"{params.path}: world.probe.text_sources = {list(probe.text_sources)}:"
+                          f" the world's text sources are {list(TEXT_SOURCES)}")
     params.contamination_config()
     missing = missing_knobs(params.profile, params.sections)
     if missing:

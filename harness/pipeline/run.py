@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.gate import AUDIT_PATH, RECAP_AUDIT_PATH, add_gate_args, report_gate
-from harness.config.params import WEB_TEXT, Params, read_top_level
+from harness.config.params import WEB_TEXT, Params, ProbeConfig, read_top_level
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json
 
@@ -29,6 +29,8 @@ def check_raw_data(params: Params, raw: Path) -> None:
     check_splits(corpus)
     photo_paths(corpus.photos, raw / "images", dvc_cache_dir(raw))
     check_data(params, corpus)
+    for source in params.config(ProbeConfig, "probe").text_sources:  # each one the probe reads
+        load_karpathy(raw / "dataset.json", min_captions=1, source=source)
 
 
 def busy_workspace(root: Path) -> str | None:
