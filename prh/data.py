@@ -308,9 +308,48 @@ def _undecodable(path: Path) -> str:
             im.load()
             if min(im.size) < 1:
                 return f"size {im.size}"
-    except (OSError, ValueError, SyntaxError) as e:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         return f"does not decode ({' '.join(str(e).split())})"
     return ""
+
+
+IMAGE_FORMATS = ("JPEG", "PNG")  # Flickr30k's JPEGs, the world's PNGs
+MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # PIL's decompression-bomb bound (89,478,485 pixels)
+
+
+def header_problem(path: Path) -> str:
+    """'' when the file's header is a JPEG or PNG header of at most MAX_PIXELS pixels, else
+    what is wrong; only the header is read (no decoding), so every photo of a data set can be
+    checked before any stage runs. A file cut inside its pixel data passes here and fails when
+    decoded (`check_image_files`)."""
+    try:
+        if path.stat().st_size == 0:
+            return "empty (0 bytes)"
+        with Image.open(path) as im:
+            fmt, (w, h) = im.format, im.size
+    except FileNotFoundError:
+        return "missing"
+    except Image.DecompressionBombError as e:  # raised from the header above twice the bound
+        return f"over {MAX_PIXELS:,} pixels, PIL's decompression-bomb bound ({e})"
+    except (OSError, ValueError, SyntaxError) as e:
+        return f"not an image PIL can open ({' '.join(str(e).split())[:120]})"
+    if fmt not in IMAGE_FORMATS:
+        return f"a {fmt} file, not one of {list(IMAGE_FORMATS)}"
+    if w * h > MAX_PIXELS or min(w, h) < 1:
+        return f"{w} x {h} pixels, outside 1 to {MAX_PIXELS:,} (PIL's decompression-bomb bound)"
+    return ""
+
+
+def check_image_headers(photos: Sequence[Photo], paths: Sequence[Path], source: str) -> None:
+    """One DataError naming every photo whose header `header_problem` refuses, with its record
+    (the first 5 and the count)."""
+    bad = [f"{p.filename} (imgid {p.id}, {p.split}): {why}"
+           for p, path in zip(photos, paths, strict=True) if (why := header_problem(path))]
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise DataError(f"{source}: {len(bad)} photo(s) cannot be used: {'; '.join(bad[:5])}"
+                        f"{more}; replace those files with the data set's JPEGs, or drop their "
+                        "records")
 
 
 def pairfree_halves(train: Sequence[Photo]) -> tuple[list[Photo], list[Photo]]:

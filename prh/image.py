@@ -149,7 +149,7 @@ def load_image(path: Path | np.ndarray, image_size: int, interpolation: str = "b
             left, top = (size[0] - image_size) // 2, (size[1] - image_size) // 2
             im = im.crop((left, top, left + image_size, top + image_size))
             arr = np.asarray(im, dtype=np.uint8)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise ImageError(f"{path}: cannot read the image ({e}); regenerate or re-download "
                          "it") from e
     return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)

@@ -95,6 +95,55 @@ def test_a_link_loop_or_a_name_too_long_is_one_line_naming_the_record(tmp_path):
         photo_paths(long, folder)
 
 
+def bomb_png(path: Path, side: int = 20000) -> None:
+    """A valid PNG header of side x side pixels (no pixel data needed: only the header is read
+    before the check refuses it)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n"
+                     + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IEND", b""))
+
+
+def test_every_photo_header_is_checked_before_any_stage_and_a_bomb_is_one_line(tmp_path):
+    """harness run --check reads each photo's header: a non-image, a GIF, an empty file and a
+    20000 x 20000 PNG (a decompression bomb) are named with their records in one error; the
+    stage that decodes photos says one line for a bomb too, no traceback."""
+    from PIL import Image
+
+    from prh.data import check_image_files, check_image_headers
+    from prh.image import ImageError, load_image
+
+    corpus = load_karpathy(write(tmp_path, karpathy_doc()))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for p in corpus.photos:
+        Image.new("RGB", (8, 8)).save(folder / p.filename, format="JPEG")
+    paths = photo_paths(corpus.photos, folder)
+    check_image_headers(corpus.photos, paths, str(folder))  # all good: nothing raised
+    bomb_png(paths[0])
+    paths[1].write_bytes(b"not an image")
+    Image.new("RGB", (8, 8)).save(paths[2], format="GIF")
+    paths[3].write_bytes(b"")
+    with pytest.raises(DataError) as err:
+        check_image_headers(corpus.photos, paths, str(folder))
+    message = str(err.value)
+    assert "4 photo(s) cannot be used" in message
+    assert f"imgid {corpus.photos[0].id}, " in message
+    assert "over 89,478,485 pixels, PIL's decompression-bomb bound (Image size (400000000" in message
+    assert "not an image PIL can open" in message and "a GIF file" in message
+    assert "empty (0 bytes)" in message and "\n" not in message
+    with pytest.raises(DataError, match=r"does not decode .*decompression bomb"):
+        check_image_files(corpus, folder)
+    with pytest.raises(ImageError, match=r"cannot read the image"):
+        load_image(paths[0], 8)
+
+
 def test_a_set_smaller_than_the_profile_assumes_is_refused_right_after_reading(tmp_path):
     """The Flickr30k profile's default pair-free pool (14,500 a side) on a miniature of two
     train photos: refused by check_data, which prepare, image and `harness run` call on the

@@ -19,15 +19,17 @@ PROFILE_RAW = "data/{profile}/raw"  # the raw-data folder dvc.yaml names as data
 
 def check_raw_data(params: Params, raw: Path) -> None:
     """The profile's caption file read and checked before any stage runs: every record, every
-    file name confined to raw/images (prh.data.photo_paths), the sizes params.yaml asks of it
-    (harness.config.validate.check_data)."""
+    file name confined to raw/images (prh.data.photo_paths), every photo's header (format and
+    pixel count, prh.data.check_image_headers), the sizes params.yaml asks of it
+    (harness.config.validate.check_data) and every text source the probe reads."""
     from harness.config.validate import check_data
     from harness.data.dvccache import dvc_cache_dir
-    from prh.data import check_splits, load_karpathy, photo_paths
+    from prh.data import check_image_headers, check_splits, load_karpathy, photo_paths
 
     corpus = load_karpathy(raw / "dataset.json", min_captions=1)
     check_splits(corpus)
-    photo_paths(corpus.photos, raw / "images", dvc_cache_dir(raw))
+    paths = photo_paths(corpus.photos, raw / "images", dvc_cache_dir(raw))
+    check_image_headers(corpus.photos, paths, str(raw / "images"))
     check_data(params, corpus)
     for source in params.config(ProbeConfig, "probe").text_sources:  # each one the probe reads
         load_karpathy(raw / "dataset.json", min_captions=1, source=source)
