@@ -135,7 +135,8 @@ def test_every_photo_header_is_checked_before_any_stage_and_a_bomb_is_one_line(t
     message = str(err.value)
     assert "4 photo(s) cannot be used" in message
     assert f"imgid {corpus.photos[0].id}, " in message
-    assert "over 89,478,485 pixels, PIL's decompression-bomb bound (Image size (400000000" in message
+    assert ("over 89,478,485 pixels, PIL's decompression-bomb bound (Image size (400000000"
+            in message)
     assert "not an image PIL can open" in message and "a GIF file" in message
     assert "empty (0 bytes)" in message and "\n" not in message
     with pytest.raises(DataError, match=r"does not decode .*decompression bomb"):
