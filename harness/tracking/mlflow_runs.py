@@ -131,6 +131,7 @@ def ui_url(host: str = "http://127.0.0.1:5000") -> str | None:
 QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _pending: list[tuple[dict[str, float], int]] = []  # epochs the server has not taken yet
 _unsent: list[str] = []  # artifacts the server did not take
+_logged: dict[str, set[int]] = {}  # metric -> steps a resumed run held already (log_epoch skips)
 
 
 @contextlib.contextmanager
@@ -224,6 +225,9 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any],
                          else None)
     run = mlflow.start_run(run_id=earlier, run_name=None if earlier else name,
                            experiment_id=experiment_id, log_system_metrics=True)
+    _logged.clear()
+    if earlier:  # a resumed training replays epochs the run may hold already: log each once
+        _logged.update(_steps_logged(mlflow, earlier))
     if resume is not None:
         resume.parent.mkdir(parents=True, exist_ok=True)
         resume.write_text(run.info.run_id)
@@ -357,6 +361,18 @@ def log_final(run_id: str | None, metrics: dict[str, Any], calibrated: dict[str,
     return True
 
 
+def _steps_logged(mlflow: Any, run_id: str) -> dict[str, set[int]]:
+    """Metric -> the steps `run_id` already holds, read back from the store (system/* metrics,
+    sampled by time, are left out); empty when the store cannot say."""
+    try:
+        with _quick_calls():
+            client = mlflow.MlflowClient(tracking_uri())
+            keys = [k for k in client.get_run(run_id).data.metrics if not k.startswith("system/")]
+            return {k: {m.step for m in client.get_metric_history(run_id, k)} for k in keys}
+    except Exception:  # the store stalled: a duplicate point is better than a lost run
+        return {}
+
+
 def _send_pending() -> None:
     """Send the buffered epochs in order; stop at the first the server does not take."""
     import mlflow
@@ -377,7 +393,8 @@ def log_epoch(metrics: dict[str, float], epoch: int) -> None:
     import math
 
     clean = {k: float(v) for k, v in metrics.items()
-             if isinstance(v, int | float) and math.isfinite(float(v))}
+             if isinstance(v, int | float) and math.isfinite(float(v))
+             and epoch not in _logged.get(k, ())}
     if clean:
         _pending.append((clean, epoch))
         _send_pending()
