@@ -214,3 +214,17 @@ def test_a_pipeline_run_from_before_seeds_were_its_identity_is_found_not_doubled
         tracking.ROLE: "pipeline", "profile": "world", "params_hash": PARAMS.hash}).info.run_id
     assert aggregate(tmp_path, align_dir(tmp_path, ids))["mlflow_run_id"] == old
     assert store.get_run(old).data.tags["seeds"] == "0,1"
+
+
+def test_a_dvc_experiments_result_and_arm_runs_carry_its_name(store, tmp_path, monkeypatch):
+    """Under `dvc exp run` (DVC sets DVC_EXP_NAME and DVC_EXP_BASELINE_REV in the stage's
+    environment) the pipeline and arm runs aggregate adds carry the experiment's name and
+    baseline, as its seed runs do."""
+    monkeypatch.setenv("DVC_EXP_NAME", "three-seeds")
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", "0123abc")
+    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
+    top = aggregate(tmp_path, align_dir(tmp_path, ids))["mlflow_run_id"]
+    for run_id in [top, *children(store, top).values()]:
+        tags = store.get_run(run_id).data.tags
+        assert (tags.get("dvc_exp_name"), tags.get("dvc_exp_baseline")) == ("three-seeds",
+                                                                          "0123abc")

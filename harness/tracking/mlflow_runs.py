@@ -48,22 +48,19 @@ def repo_root() -> Path:
 def git_state() -> dict[str, Any]:
     """Commit and dirty flag. Dirty means a tracked file differs from the commit, ignoring
     dvc.lock, which `dvc repro` itself rewrites while the pipeline runs."""
+    # a DVC experiment's run: its name and the commit it was branched from (the commit below is
+    # then the executor's, with the experiment's params applied on top: dirty)
+    names = (("dvc_exp_name", "DVC_EXP_NAME"), ("dvc_exp_baseline", "DVC_EXP_BASELINE_REV"))
+    experiment = {key: os.environ[env] for key, env in names if os.environ.get(env)}
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                 check=True).stdout.strip()
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        return {"git_commit": "unknown (not a git checkout)", "git_dirty": True}
+        return {"git_commit": "unknown (not a git checkout)", "git_dirty": True, **experiment}
     changed = [line[3:] for line in status.splitlines() if line[3:].strip() != "dvc.lock"]
-    state: dict[str, Any] = {"git_commit": commit, "git_dirty": bool(changed)}
-    # a DVC experiment's run: its name and the commit it was branched from (the commit above is
-    # then the executor's, with the experiment's params applied on top: dirty)
-    for key, env in (("dvc_exp_name", "DVC_EXP_NAME"),
-                     ("dvc_exp_baseline", "DVC_EXP_BASELINE_REV")):
-        if os.environ.get(env):
-            state[key] = os.environ[env]
-    return state
+    return {"git_commit": commit, "git_dirty": bool(changed), **experiment}
 
 
 def tracking_uri() -> str:
@@ -474,8 +471,10 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
     (profile, params hash, seeds) with the gaps between arms, parent of one run per arm with each
     metric's seed mean, std and interval ends, parent in turn of that arm's seed runs
     (`seed_runs[arm, seed]`, the run files' `mlflow_run_id`). A re-run finds the same runs
-    by their tags and updates them. Returns the top run's id; None, with a warning, when the
-    store does not answer (results.json does not depend on it)."""
+    by their tags and updates them; under a DVC experiment each carries its name and baseline
+    (`dvc_exp_name`, `dvc_exp_baseline`, of the experiment that last wrote it). Returns the top
+    run's id; None, with a warning, when the store does not answer (results.json does not
+    depend on it)."""
     import mlflow
 
     uri = tracking_uri()
@@ -485,6 +484,8 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
     # makes its own instead of overwriting the workspace's two-seed numbers
     seeds = ",".join(map(str, sorted({s for b in stats["arms"].values() for s in b["seeds"]})))
     key = {ROLE: "pipeline", "profile": profile, "params_hash": params_hash, "seeds": seeds}
+    # a DVC experiment's name and baseline on every run it writes, as its seed runs carry them
+    experiment = {k: v for k, v in git_state().items() if k.startswith("dvc_exp_")}
     try:
         with _quick_calls():
             with _first_use_lock():
@@ -497,7 +498,8 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
                                          {**key, ROLE: "arm", "arm": arm,
                                           "seeds": ",".join(map(str, arm_seeds))},
                                          f"{arm} (seeds {','.join(map(str, arm_seeds))})")
-                client.set_tag(run_id, "data_hash", data_hash)
+                for tag, value in {"data_hash": data_hash, **experiment}.items():
+                    client.set_tag(run_id, tag, value)
                 ids = {s: seed_runs.get((arm, s)) for s in arm_seeds}
                 lost = _nest(client, experiment_id, run_id, [i for i in ids.values() if i])
                 missing += [run_name(arm, s) for s, i in ids.items() if not i or i in lost]
@@ -505,7 +507,8 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
                                              for k, v in _scores(m, entry).items()})
                 arm_runs.append(run_id)
             _nest(client, experiment_id, top, arm_runs)
-            client.set_tag(top, "data_hash", data_hash)
+            for tag, value in {"data_hash": data_hash, **experiment}.items():
+                client.set_tag(top, tag, value)
             _log_scores(client, top, {k: v for g in stats["gaps"] for k, v in
                                       _scores(f"{g['a']}-{g['b']}.{g['metric']}", g).items()})
     except Exception as e:  # MLflow raises its own, requests' or the store's errors
