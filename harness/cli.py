@@ -7,7 +7,9 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import re
 import sys
+from pathlib import Path
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.pipeline.run:main",
@@ -81,10 +83,29 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
 # Faults of the machine, not of the input: one line and exit 1 (CPython ignores SIGXFSZ, so a
 # file-size limit arrives as EFBIG). Every output is written atomically (prh.io), so none is
 # left half-written, and the next run clears the temp files an interrupted one left.
-WRITE_FAULTS = {errno.EFBIG: "a file-size limit (ulimit -f) stopped the write",
-                errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
+# a write fault -> what happened and its fix
+WRITE_FAULTS = {errno.EFBIG: ("a file-size limit (ulimit -f) stopped the write",
+                              "lift the limit"),
+                errno.ENOSPC: ("the disk is full", "make room"),
+                errno.EDQUOT: ("the disk quota is used up", "make room or raise the quota"),
+                errno.EROFS: ("the file system is read-only", "remount it read-write or run in "
+                              "a writable copy of the repository"),
+                errno.EACCES: ("permission denied", "give this user write access")}
+TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp[^/]*$")  # prh.io's atomic writes
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT (128 + 2)
+
+
+def output_of(filename: object) -> str:
+    """' PATH' of the output a write fault hit: an atomic write's temp name (prh.io's
+    `.NAME.XXXXXXXX.tmp`) is named by the output it stands for; '' when the error names none."""
+    if not filename:
+        return ""
+    path = Path(str(filename))
+    for part in (path, *path.parents):
+        m = TEMP_NAME.match(part.name)
+        if m:
+            return f" {part.with_name(m['target'])}"
+    return f" {path}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,10 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         if e.errno not in WRITE_FAULTS:
             raise
-        where = f" {e.filename}" if e.filename else ""
-        print(f"error: {command}: cannot write{where}: {WRITE_FAULTS[e.errno]} ({e.strerror}); "
-              "make room or lift the limit and rerun: nothing was left half-written",
-              file=sys.stderr)
+        what, fix = WRITE_FAULTS[e.errno]
+        print(f"error: {command}: cannot write{output_of(e.filename)}: {what} ({e.strerror}); "
+              f"{fix} and rerun: nothing was left half-written", file=sys.stderr)
         return 1
 
 

@@ -88,3 +88,12 @@ def test_a_closed_pipe_ends_quietly():
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait() == 1 and err == ""
+
+
+def test_a_write_fault_names_the_output_not_its_temp_file() -> None:
+    from harness.cli import output_of
+
+    assert output_of("/r/runs/.image.abcd1234.tmp/val.npz") == " /r/runs/image"
+    assert output_of("/r/runs/.results.json.Ab3_x9zz.tmp") == " /r/runs/results.json"
+    assert output_of("/r/runs/results.json") == " /r/runs/results.json"
+    assert output_of(None) == ""

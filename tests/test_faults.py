@@ -442,8 +442,9 @@ def test_a_training_killed_9_resumes_its_own_mlflow_run_with_every_epoch(tmp_pat
     assert [p.name for p in (repo / "runs/text").iterdir()] == ["good-s0"]
 
 
-@pytest.mark.parametrize("options,message", [("size=256k", "the disk is full"),
-                                             ("ro", "the file system is read-only")])
+@pytest.mark.parametrize("options,message", [
+    ("size=256k", "the disk is full (No space left on device); make room and rerun"),
+    ("ro", "the file system is read-only (Read-only file system); remount it read-write")])
 def test_a_full_or_read_only_disk_is_one_line_exit_1_and_leaves_nothing(tmp_path, options,
                                                                           message):
     """A real full disk (a 256 kB tmpfs) and a read-only one, in a private mount namespace so
@@ -466,6 +467,7 @@ def test_a_full_or_read_only_disk_is_one_line_exit_1_and_leaves_nothing(tmp_path
     lines = out.stderr.strip().splitlines()
     assert lines[-1] == "rc=1", out.stderr[-2000:]  # and `ls -A` printed nothing after it
     assert len(lines) == 2 and message in lines[0] and "Traceback" not in out.stderr
+    assert ".tmp." not in lines[0]  # an atomic write's temp file is named by its output
 
 
 @pytest.mark.parametrize("holder", ["lock", "rwlock"])
