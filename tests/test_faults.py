@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -468,6 +469,44 @@ def test_a_full_or_read_only_disk_is_one_line_exit_1_and_leaves_nothing(tmp_path
     assert lines[-1] == "rc=1", out.stderr[-2000:]  # and `ls -A` printed nothing after it
     assert len(lines) == 2 and message in lines[0] and "Traceback" not in out.stderr
     assert ".tmp." not in lines[0]  # an atomic write's temp file is named by its output
+
+
+def test_a_tracking_store_that_cannot_be_written_is_refused_before_training_and_not_left(
+        tmp_path):
+    """A SQLite store whose file cannot grow (a 64 kB file-size limit, as a full disk does to
+    MLflow's schema migration): the check every training makes first says one line and leaves
+    no half-created mlflow.db; a disk with less than 16 MiB free is refused before MLflow runs."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    code = ("from harness.tracking.mlflow_runs import check_server\n"
+            "from prh.io import ContractError\n"
+            "try:\n    check_server()\nexcept ContractError as e:\n    print(e)\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, preexec_fn=limit,
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.startswith(f"{tmp_path / 'mlflow.db'}: the tracking store cannot be "
+                                 "created ("), out.stdout + out.stderr[-2000:]
+    assert len(out.stdout.strip().splitlines()) == 1 and out.stderr == ""
+    assert not (tmp_path / "mlflow.db").exists()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", str(disk)],
+            capture_output=True).returncode != 0:
+        pytest.skip("no tmpfs mount here (unshare -rm mount -t tmpfs refused)")
+    script = (f"mount -t tmpfs -o size=1m tmpfs {disk} && MLFLOW_TRACKING_URI=sqlite:///{disk}"
+              f"/mlflow.db {sys.executable} -c '{code}'; ls -A {disk}")
+    out = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == (f"{disk}/mlflow.db: its disk has 1,048,576 bytes free, less "
+                                  "than the 16 MiB a tracking store needs; make room there or "
+                                  "point MLFLOW_TRACKING_URI elsewhere"), out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("holder", ["lock", "rwlock"])

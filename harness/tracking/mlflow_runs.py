@@ -148,7 +148,7 @@ def _quick_calls() -> Iterator[None]:
 def check_server(uri: str | None = None) -> None:
     """Refuse to start when the tracking store cannot be used, with one line and before any
     training: an http(s) server that does not answer its /health page within 10 s, or a SQLite
-    file that is not a readable MLflow database (e.g. truncated)."""
+    store that cannot be written or read (`check_sqlite`)."""
     import urllib.request
 
     uri = uri or tracking_uri()
@@ -166,11 +166,30 @@ def check_server(uri: str | None = None) -> None:
             "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db in the repository") from e
 
 
+# bytes a SQLite store's disk must have free before a training starts: MLflow's schema is about
+# 0.5 MB and a run's rows a few kB an epoch; below it the store fails mid-run
+MIN_FREE = 16 * 2 ** 20
+
+
 def check_sqlite(path: Path) -> None:
-    """A SQLite store that exists must open and hold tables (MLflow creates a missing one)."""
+    """A SQLite store must be writable: its folder's disk writable with MIN_FREE bytes free; a
+    store that does not exist yet is made now (its schema and this project's experiment), and
+    removed again if that fails, so none is left half-created; one that exists must open and
+    hold MLflow's tables."""
     import sqlite3
 
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    stat = os.statvfs(folder)
+    free = stat.f_bavail * stat.f_frsize
+    if free < MIN_FREE:
+        raise ContractError(f"{path}: its disk has {free:,} bytes free, less than the "
+                            f"{MIN_FREE // 2 ** 20} MiB a tracking store needs; make room there "
+                            "or point MLFLOW_TRACKING_URI elsewhere")
+    if not os.access(folder, os.W_OK):
+        raise ContractError(f"{path}: {folder} is not writable (a read-only disk or "
+                            "permissions); point MLFLOW_TRACKING_URI to a writable store")
     if not path.exists() or path.stat().st_size == 0:
+        _create_store(path)
         return
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
@@ -181,6 +200,29 @@ def check_sqlite(path: Path) -> None:
     if tables and "runs" not in tables:
         raise ContractError(f"{path}: a SQLite file without MLflow's tables; point "
                             "MLFLOW_TRACKING_URI elsewhere or move the file aside")
+
+
+def _create_store(path: Path) -> None:
+    """Make the SQLite store at `path` (MLflow's schema and the experiment) under the first-use
+    lock; on any failure remove what was made and raise one line."""
+    import logging
+
+    import mlflow
+
+    for name in ("mlflow", "alembic"):  # their INFO lines on creating the schema
+        logging.getLogger(name).setLevel(logging.WARNING)
+    existed = path.exists()
+    try:
+        mlflow.set_tracking_uri(f"sqlite:///{path}")
+        with _first_use_lock():
+            _experiment_id(mlflow)
+    except Exception as e:  # sqlalchemy's, MLflow's or the OS's error: one line, no store
+        if not existed or path.stat().st_size == 0:
+            path.unlink(missing_ok=True)
+        reason = " ".join(str(e).split("[SQL:")[0].split())[:200]
+        raise ContractError(f"{path}: the tracking store cannot be created ({reason}); make "
+                            "room or fix permissions there, or point MLFLOW_TRACKING_URI "
+                            "elsewhere") from None
 
 
 def _resumable(mlflow: Any, run_id: str | None) -> str | None:
