@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -101,6 +102,12 @@ def test_server_gone_mid_run_buffers_epochs_then_sends_or_names_them(server, tmp
     assert f"did not take metrics loss of epoch(s) 4 of run {run.info.run_id}" in err
     assert "stays RUNNING on the server" in err
     assert mlflow.active_run() is None
+    mend = err.split("mark it FAILED with: ")[1].strip().splitlines()[0]
+    assert mend == tracking.mend_command(run.info.run_id, "FAILED")
+    with services.mlflow_server(server["db"], server["artifacts"], port):  # back: mend it
+        subprocess.run(mend, shell=True, check=True, env={**os.environ, "PATH": os.pathsep.join(
+            [str(Path(sys.executable).parent), os.environ["PATH"]])})
+        assert mlflow.MlflowClient(url).get_run(run.info.run_id).info.status == "FAILED"
     history = mlflow.MlflowClient(server["url"]).get_metric_history(run.info.run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 2.0), (3, 3.0)]
     assert os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES") is None  # the quick calls' only

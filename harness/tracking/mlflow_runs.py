@@ -298,8 +298,36 @@ def tracked_run(name: str, params: dict[str, Any], tags: dict[str, Any],
             try:
                 mlflow.end_run(status)
             except Exception:  # the server is gone (end_run has left the run already)
-                print(f"warning: could not mark MLflow run {run.info.run_id} {status}; it "
-                      "stays RUNNING on the server", file=sys.stderr)
+                if not _end_later(mlflow, run.info.run_id, status):
+                    print(f"warning: MLflow {tracking_uri()} did not answer: run "
+                          f"{run.info.run_id} stays RUNNING on the server; once it answers, "
+                          f"mark it {status} with: {mend_command(run.info.run_id, status)}",
+                          file=sys.stderr)
+
+
+END_WAITS = (2, 5, 10)  # seconds before each further try to mark a run ended on a stalled store
+
+
+def _end_later(mlflow: Any, run_id: str, status: str) -> bool:
+    """Mark `run_id` ended with `status` after END_WAITS, for a store that stalled at the end
+    of the run; True once it took it."""
+    import time
+
+    client = mlflow.MlflowClient(tracking_uri())
+    for wait in END_WAITS:
+        time.sleep(wait)
+        try:
+            client.set_terminated(run_id, status)
+            return True
+        except Exception:  # MLflow raises its own, requests' or the store's errors
+            continue
+    return False
+
+
+def mend_command(run_id: str, status: str) -> str:
+    """The one shell command that marks `run_id` ended with `status` in this store."""
+    return (f"python -c \"import mlflow; mlflow.MlflowClient('{tracking_uri()}')"
+            f".set_terminated('{run_id}', '{status}')\"")
 
 
 def lost_items() -> str:
