@@ -18,6 +18,8 @@ import pytest
 import yaml
 from tiny_world import copy_project, sh
 
+ROOT = Path(__file__).resolve().parents[1]
+
 UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
 
 
@@ -111,8 +113,8 @@ def test_diff_between_two_commits_on_real_outputs(pipeline):
 @pytest.mark.slow  # a queued experiment: three more trainings and the stages after them
 def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
     """`dvc exp run --queue` runs in a temporary clone DVC deletes afterwards; its trainings
-    (the third seed) land in the workspace's mlflow.db, FINISHED and tagged with the
-    experiment's name, and none is left in the clone."""
+    (the third seed) and the result runs it aggregates land in the workspace's mlflow.db,
+    FINISHED and tagged with the experiment's name, and none is left in the clone."""
     sh(pipeline, "git", "add", "-A")
     sh(pipeline, "git", "commit", "-qm", "results before the queued experiment")
     sh(pipeline, "dvc", "exp", "run", "--queue", "-S", "seeds=[0,1,2]", "-n", "three-seeds")
@@ -120,7 +122,11 @@ def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
                           "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
-    assert sorted(runs) == [(f"{a}-s2", "FINISHED", "three-seeds") for a in ("bad", "good", "ntp")]
+    arms = ("bad", "good", "ntp")  # the third seed's runs and the result runs it made
+    assert sorted(runs) == sorted([(f"{a}-s2", "FINISHED", "three-seeds") for a in arms]
+                                  + [(f"{a} (seeds 0,1,2)", "FINISHED", "three-seeds")
+                                     for a in arms]
+                                  + [("world results", "FINISHED", "three-seeds")])
     head = sh(pipeline, "git", "rev-parse", "HEAD").stdout.strip()
     with sqlite3.connect(pipeline / "mlflow.db") as db:  # the commit it ran, its params applied
         state = set(db.execute("select t.key, t.value from runs r join tags t on t.run_uuid = "
@@ -132,3 +138,24 @@ def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
                          "--format", "json", "--n-resamples", "200").stdout)
     assert diff["b"]["sources"][-1] == "runs/align/ntp-s2.json@three-seeds"
     assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))
+
+
+@pytest.mark.slow  # needs the pipeline's outputs; pushes and pulls them through a remote
+def test_a_fresh_clone_pulls_the_main_jobs_outputs_as_the_readme_says(pipeline, tmp_path):
+    """After the main job, with the evaluation-only and web-text pipelines beside it (which it
+    never runs): `dvc push dvc.yaml` to a remote, and in a fresh clone `dvc pull dvc.yaml` exits
+    0 and `dvc status dvc.yaml` is clean (a bare `dvc pull` would also ask for those pipelines'
+    outputs, which no one produced)."""
+    import shutil
+
+    shutil.copytree(ROOT / "pipelines", pipeline / "pipelines")
+    sh(pipeline, "dvc", "remote", "add", "-f", "-d", "team", str(tmp_path / "remote"))
+    sh(pipeline, "git", "add", "-A")
+    sh(pipeline, "git", "commit", "-qm", "the main job's results")
+    sh(pipeline, "dvc", "push", "dvc.yaml")
+    clone = tmp_path / "clone"
+    sh(tmp_path, "git", "clone", "-q", str(pipeline), str(clone))
+    sh(clone, "dvc", "pull", "dvc.yaml")
+    assert "Data and pipelines are up to date" in sh(clone, "dvc", "status", "dvc.yaml").stdout
+    assert (clone / "runs/results.json").is_file() and (clone / "runs/text/good-s0").is_dir()
+    assert sh(clone, "dvc", "pull", check=False).returncode == 1  # why the README names dvc.yaml

@@ -134,6 +134,8 @@ RULES: list[tuple[str, Callable[[Path, str], str | None]]] = [
     (r"torchrun ", check_torchrun),
     (r"dvc exp run ", queued),
     (r"dvc queue start", lambda r, c: options_in_help(r, c, "dvc queue start --help")),
+    # a real pull in a fresh clone: test_pipeline's test_a_fresh_clone_pulls_...
+    (r"dvc pull", lambda r, c: options_in_help(r, c, "dvc pull --help")),
     (r"dvc (exp show|metrics show|metrics diff|plots show|push|remote add)", ran),
     (r"git (add|commit) ", ran),
     (r"hf download ", lambda r, c: options_in_help(r, c, "hf download --help")),
