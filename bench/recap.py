@@ -107,18 +107,23 @@ def measure(subset: Path, a: argparse.Namespace) -> dict:
     host_s, counts[:] = 0.0, 0
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for k in range(a.warmup, a.warmup + a.steps):
         step(k)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    step_s = (time.perf_counter() - t) / a.steps
+    wall = time.perf_counter() - t
+    step_s, cpu_s = wall / a.steps, time.process_time() - cpu
     samples = a.steps * a.batch
     return {"device": str(dev), "arm": a.arm, "preset": a.preset, "batch": a.batch,
             "sources": a.sources, "step_s": step_s, "host_s": host_s / a.steps,
             "texts_per_sample": counts[0] / samples, "tokens_per_sample": counts[1] / samples,
             "view_tokens_per_sample": counts[2] / samples,
-            "tokens_per_s": counts[2] / a.steps / step_s}
+            "tokens_per_s": counts[2] / a.steps / step_s,
+            # the cores this process kept busy over the timed steps (CPU seconds / wall
+            # seconds; at most torch's threads): a loaded machine gives fewer, and the
+            # projection then measures the load as much as the step
+            "cpu_share": cpu_s / wall, "threads": torch.get_num_threads()}
 
 
 def projection(r: dict, tokens_per_s: float) -> list[dict]:
@@ -154,7 +159,8 @@ def main() -> None:
           f"ms ({r['host_s'] * 1e3:.1f} ms reading and building the batch); "
           f"{r['texts_per_sample']:.2f} texts, {r['tokens_per_sample']:.1f} tokens and "
           f"{r['view_tokens_per_sample']:.1f} view tokens per sample; "
-          f"{r['tokens_per_s']:,.0f} view tokens/s")
+          f"{r['tokens_per_s']:,.0f} view tokens/s; the process kept {r['cpu_share']:.2f} of "
+          f"its {r['threads']} threads' cores busy")
     if a.gpu_figures:
         gpu = json.loads(a.gpu_figures.read_text())
         rate, source = float(gpu["tokens_per_s"]), f"{gpu.get('device', 'GPU')} ({a.gpu_figures})"
