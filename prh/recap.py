@@ -115,9 +115,11 @@ def list_shards(root: Path) -> list[Path]:
 
 def check_shards(root: Path, columns: Sequence[str], n_images: int,
                  text_columns: Sequence[str] = ()) -> list[Shard]:
-    """The shards the first `n_images` rows lie in, checked from their footers alone: each
-    must be readable parquet holding every column, `text_columns` as strings (or all null),
-    and the folder at least `n_images` rows. Shards past those rows are not opened."""
+    """The shards the first `n_images` rows lie in, checked from their footers: each must be
+    readable parquet holding every column, `text_columns` as strings (or all null), no null
+    key (`columns[0]`) among those rows (a row group whose statistics count nulls is read to
+    name the first, as the file numbers its rows), and the folder at least `n_images` rows.
+    Shards past those rows are not opened."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -138,6 +140,7 @@ def check_shards(root: Path, columns: Sequence[str], n_images: int,
         if typed:
             raise RecapError(f"{path}: text column(s) {typed} do not hold strings; a source's "
                              "columns are text: fix recap.sources")
+        _no_null_key(path, meta, columns[0], n_images - total)
         out.append(Shard(path, meta.num_rows))
         total += meta.num_rows
         if total >= n_images:
@@ -145,6 +148,28 @@ def check_shards(root: Path, columns: Sequence[str], n_images: int,
     raise RecapError(f"{root}: {total:,} rows in {len(out)} shard(s), fewer than recap.images = "
                      f"{n_images:,}; copy more shards or lower recap.images (Appendix C's "
                      f"sizes: {', '.join(f'{n:,}' for n in SUBSET_SIZES)})")
+
+
+def _no_null_key(path: Path, meta: Any, key: str, rows: int) -> None:
+    """RecapError naming the first row of `path`'s first `rows` rows whose `key` is null, from
+    the row groups' null counts (a row group without statistics is read)."""
+    import pyarrow.parquet as pq
+
+    column = meta.schema.to_arrow_schema().get_field_index(key)
+    start = 0
+    for group in range(meta.num_row_groups):
+        if start >= rows:
+            return
+        stats = meta.row_group(group).column(column).statistics
+        n = meta.row_group(group).num_rows
+        if stats is None or not stats.has_null_count or stats.null_count:
+            values = pq.ParquetFile(path).read_row_group(group, columns=[key]).column(0)
+            nulls = [i for i, v in enumerate(values.to_pylist()[:rows - start]) if v is None]
+            if nulls:
+                raise RecapError(f"{path}: row {start + nulls[0]} has no {key!r}; every image "
+                                 "needs its key: fix the shard or name another key column in "
+                                 "recap.key")
+        start += n
 
 
 def iter_subset(shards: Sequence[Shard], columns: Sequence[str], n_images: int,

@@ -90,11 +90,17 @@ def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path
     by_hand = {name: sum(len(tok.encode(t)) for r in pq.read_table(out / "texts-00000.parquet")
                          .to_pylist() + written for t in r[name]) for name in ("alt", "recap")}
     assert {n: s["tokens"] for n, s in summary["sources"].items()} == by_hand
+    unk = {name: sum(tok.encode(t).count(tok.unk_id) for r in pq.read_table(
+        out / "texts-00000.parquet").to_pylist() + written for t in r[name])
+        for name in ("alt", "recap")}  # a 4-text tokenizer cannot spell every word
+    assert {n: s["unk_tokens"] for n, s in summary["sources"].items()} == unk
+    assert sum(unk.values()) > 0
     params["recap"]["images"] = 9  # the whole corpus: k2 is listed twice, k6's recap is blank
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["images"], summary["unique_images"]) == (9, 8)
+    assert summary["duplicate_key_rows"] == 1  # k2 listed twice, counted and warned
     assert summary["sources"]["recap"]["images_without"] == 1
     assert summary["written"] == ["texts-00000.parquet", "texts-00001.parquet",
                                   "texts-00002.parquet"]
@@ -193,7 +199,8 @@ def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
     params["recap"].update(data=str(root), images=5)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "out").mkdir()
-    with pytest.raises(RecapError, match=r"b-0001\.parquet: row 4 of the subset has no 'key'"):
+    # the shard's own row 1 (the subset's row 4: shard a holds rows 0 to 2)
+    with pytest.raises(RecapError, match=r"b-0001\.parquet: row 1 has no 'key'"):
         write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out")
 
 

@@ -125,6 +125,8 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
     return {"title": "Web texts: training on Recap-DataComp", "created": created,
             "scale": scale(int(summary["images"]), samples),
             "subset": {"images": summary["images"], "unique_images": summary["unique_images"],
+                       # a subset written before these counts existed reads them as unknown
+                       "duplicate_key_rows": summary.get("duplicate_key_rows"),
                        "sources": [{"name": n, **s} for n, s in summary["sources"].items()],
                        "tokenizer": summary["tokenizer"],
                        "shards": len(summary["shards_read"])},

@@ -8,6 +8,7 @@ projected from (a sample reads one image's texts)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,11 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prh.recap import RecapError, check_shards, iter_subset, key_hashes, source_texts
+    from prh.recap import check_shards, iter_subset, key_hashes, source_texts
     from prh.tokenizer import train_tokenizer
 
-    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)  # footers
+    # footers, and every key of the subset's rows present (harness run --check does the same)
+    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
     names = [name for name, _ in cfg.sources]
     counts = {n: {"texts": 0, "images_without": 0, "tokens": 0} for n in names}
     sample: list[str] = []
@@ -47,10 +49,6 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
             if len(sample) >= cfg.tokenizer_sample:
                 break
             sample += [t for name in names for t in texts[name][i]]
-        if None in batch[cfg.key]:
-            raise RecapError(f"{shards[shard].path}: row {first + batch[cfg.key].index(None)} "
-                             f"of the subset has no {cfg.key!r}; every image needs its key: fix "
-                             "the shard or name another key column in recap.key")
         hashes.append(key_hashes(batch[cfg.key]))
         n = len(batch[cfg.key])
         table = pa.table({"row": pa.array(np.arange(first, first + n), pa.int64()),
@@ -68,11 +66,13 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
     tokenizer = train_tokenizer(sample, cfg.vocab_size)
     tokenizer.save(out / "tokenizer")
     keys, key_ids = np.unique(np.concatenate(hashes), return_inverse=True)
-    tokens = tokenize(written, names, tokenizer, key_ids, out)
+    tokens, unknown = tokenize(written, names, tokenizer, key_ids, out)
     for name in names:
         counts[name]["tokens"] = int(tokens[name])
+        counts[name]["unk_tokens"] = int(unknown[name])
     unique = int(keys.size)
     return {"images": cfg.images, "unique_images": unique,
+            "duplicate_key_rows": cfg.images - unique,
             "shards_read": [{"path": s.path.relative_to(cfg.data).as_posix(), "rows": s.rows}
                             for s in shards],
             "sources": {name: {"columns": list(cols), **counts[name],
@@ -84,10 +84,11 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
 
 
 def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any,
-             out: Path) -> dict[str, int]:
+             out: Path) -> tuple[dict[str, int], dict[str, int]]:
     """The written texts tokenised, one list of token-id lists per source, with each row's
     image (prh.stream.KEY_ID; None: no such column), saved as a `datasets` table in out/tokens
-    (prh.stream reads it memory-mapped); returns the tokens per source."""
+    (prh.stream reads it memory-mapped); returns the tokens per source and, of them, the
+    [UNK]s (a word the tokenizer cannot spell, a 10,000-character one say, is one [UNK])."""
     import shutil
 
     import datasets
@@ -116,9 +117,11 @@ def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any
     arrow = table.data.table
     totals = {name: pc.sum(pc.list_value_length(pc.list_flatten(arrow.column(name)))).as_py()
               or 0 for name in names}
+    unknown = {name: pc.sum(pc.equal(pc.list_flatten(pc.list_flatten(arrow.column(name))),
+                                     tokenizer.unk_id)).as_py() or 0 for name in names}
     del table, arrow
     shutil.rmtree(cache)
-    return totals
+    return totals, unknown
 
 
 def main(argv: list[str]) -> int:
@@ -138,4 +141,11 @@ def main(argv: list[str]) -> int:
                     for n, s in summary["sources"].items())
     print(f"recap: {summary['images']:,} images ({summary['unique_images']:,} unique keys): "
           f"{per} -> {args.out}")
+    if summary["duplicate_key_rows"]:
+        print(f"recap: warning: {summary['duplicate_key_rows']:,} row(s) share an image key "
+              "with an earlier row: unique images are counted by key", file=sys.stderr)
+    for name, s in summary["sources"].items():
+        if s["unk_tokens"]:
+            print(f"recap: warning: {s['unk_tokens']:,} of {name}'s {s['tokens']:,} tokens are "
+                  "[UNK] (words the tokenizer cannot spell)", file=sys.stderr)
     return 0

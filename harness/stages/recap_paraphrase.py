@@ -50,11 +50,11 @@ def write_paraphrase(cfg: Any, subset: Path, out: Path) -> dict[str, Any]:
     pq.write_table(pa.table({"row": [r["row"] for r in rows],
                              PARAPHRASE: pa.array(grouped, pa.list_(pa.string()))}),
                    out / "texts.parquet")
-    tokens = tokenize([out / "texts.parquet"], [PARAPHRASE],
-                      Tokenizer.load(subset / "tokenizer"), None, out)
+    tokens, unknown = tokenize([out / "texts.parquet"], [PARAPHRASE],
+                               Tokenizer.load(subset / "tokenizer"), None, out)
     return {"generator": {**cfg.record(), "identity": identity(cfg.model)},
             "texts": sum(map(len, grouped)), "empty": len(flat) - sum(map(len, grouped)),
-            "tokens": tokens[PARAPHRASE],
+            "tokens": tokens[PARAPHRASE], "unk_tokens": unknown[PARAPHRASE],
             "examples": [{"text": r[cfg.source][0], "paraphrase": g[0]}
                          for r, g in zip(rows, grouped, strict=True) if g][:5]}
 
