@@ -65,5 +65,7 @@ def test_recap_bench_times_the_stream_step_and_projects_each_subset_size(tmp_pat
         assert row["hours"] == pytest.approx(row["samples"] * r["view_tokens_per_sample"]
                                              / 1e6 / 3600)
     assert "cuda:0" in proc.stdout
-    assert 0 < r["cpu_share"] <= r["threads"] + 0.5  # CPU seconds over wall, beside the time
+    # CPU seconds over wall: positive, and at most torch's threads plus the half core the
+    # process's other threads (the interpreter, pyarrow's reader) may add in the same seconds
+    assert 0 < r["cpu_share"] <= r["threads"] + 0.5
     assert f"of its {r['threads']} threads' cores busy" in proc.stdout

@@ -443,6 +443,14 @@ def test_a_training_killed_9_resumes_its_own_mlflow_run_with_every_epoch(tmp_pat
     assert [p.name for p in (repo / "runs/text").iterdir()] == ["good-s0"]
 
 
+def skip_without_tmpfs(disk: Path) -> None:
+    """Skip where a private tmpfs cannot be mounted on `disk` (no unshare, or refused)."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", str(disk)],
+            capture_output=True).returncode != 0:
+        pytest.skip("no tmpfs mount here (unshare -rm mount -t tmpfs refused)")
+
+
 @pytest.mark.parametrize("options,message", [
     ("size=256k", "the disk is full (No space left on device); make room and rerun"),
     ("ro", "the file system is read-only (Read-only file system); remount it read-write")])
@@ -452,14 +460,9 @@ def test_a_full_or_read_only_disk_is_one_line_exit_1_and_leaves_nothing(tmp_path
     nothing outlives the test, as the world stage's output folder: ENOSPC or EROFS ends it
     with one line, exit 1, and the disk is left empty (no output, no temp). Skipped where
     tmpfs cannot be mounted."""
-    import shutil
-
     disk = tmp_path / "disk"
     disk.mkdir()
-    if shutil.which("unshare") is None or subprocess.run(
-            ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", str(disk)],
-            capture_output=True).returncode != 0:
-        pytest.skip("no tmpfs mount here (unshare -rm mount -t tmpfs refused)")
+    skip_without_tmpfs(disk)
     script = (f'mount -t tmpfs -o {options} tmpfs {disk} && '
               f'{sys.executable} -m harness.cli world --params {ROOT / "params.yaml"} '
               f'--inputs {tmp_path} --out {disk}/raw; echo "rc=$?" >&2; ls -A {disk} >&2')
@@ -496,10 +499,7 @@ def test_a_tracking_store_that_cannot_be_written_is_refused_before_training_and_
     assert not (tmp_path / "mlflow.db").exists()
     disk = tmp_path / "disk"
     disk.mkdir()
-    if shutil.which("unshare") is None or subprocess.run(
-            ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", str(disk)],
-            capture_output=True).returncode != 0:
-        pytest.skip("no tmpfs mount here (unshare -rm mount -t tmpfs refused)")
+    skip_without_tmpfs(disk)
     script = (f"mount -t tmpfs -o size=1m tmpfs {disk} && MLFLOW_TRACKING_URI=sqlite:///{disk}"
               f"/mlflow.db {sys.executable} -c '{code}'; ls -A {disk}")
     out = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,

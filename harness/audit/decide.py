@@ -128,6 +128,12 @@ def decide(est: TwoLevel, claim: float, margin: float, m_seeds: int,
     return "inconclusive", f"neither within the margin nor beyond it: {shown}", evidence
 
 
+def _arms_evidence(est: TwoLevel, **extra: float) -> dict[str, Any]:
+    """The evidence every claim about arms starts from (the population interval's method)."""
+    return {"run": est.estimate, **extra, "seeds": est.n_seeds,
+            "method": est.method_population, "note": est.note(), P_DIFFERS: None}
+
+
 def decide_order(est: TwoLevel, what: str, min_gap: float = 0.0, alpha: float = ALPHA
                  ) -> tuple[str, str, dict[str, Any]]:
     """"a beats b" with no gap printed: a claim about the arms, read on the population interval
@@ -135,9 +141,7 @@ def decide_order(est: TwoLevel, what: str, min_gap: float = 0.0, alpha: float = 
     above `min_gap` (0 unless the claim states a material gap); differs iff the one-sided upper
     bound is below it (the reversed order, or a gap shown smaller than the claim needs; Holm
     across the audit follows); from 3 seeds per arm; else inconclusive."""
-    evidence: dict[str, Any] = {"run": est.estimate, "min_gap": min_gap, "seeds": est.n_seeds,
-                                "method": est.method_population, "note": est.note(),
-                                P_DIFFERS: None}
+    evidence = _arms_evidence(est, min_gap=min_gap)
     if not est.training_variance:
         return "inconclusive (underpowered)", (f"order only: {what} = {est.estimate:+.4f}; "
                                                f"{_too_few(est)}"), evidence
@@ -166,9 +170,7 @@ def decide_inseparable(est: TwoLevel, what: str, margin: float, alpha: float = A
     when the test pairs' part alone (which no seed count shrinks) leaves no room inside the
     margin; else inconclusive. A gap whose 95% interval excludes 0 is said to be separated "by
     less than the gap margin", never a bare "reproduced"."""
-    evidence: dict[str, Any] = {"run": est.estimate, "margin": margin, "seeds": est.n_seeds,
-                                "method": est.method_population, "note": est.note(),
-                                P_DIFFERS: None}
+    evidence = _arms_evidence(est, margin=margin)
     if not est.training_variance:
         return "inconclusive (underpowered)", (f"{what} = {est.estimate:+.4f}: "
                                                f"{_too_few(est)}"), evidence
