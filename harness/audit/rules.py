@@ -59,6 +59,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from harness.audit import setting
 from harness.audit.claims import RULE_NAMES, Claim, printed_interval
 from harness.audit.decide import (
     at_chance,
@@ -332,14 +333,16 @@ def rule_not_rerun(claim: Claim, ctx: Context) -> Verdict:
 
 
 def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
-    """A public model's number against the reference stage's score of the same model on the same
-    items (runs/reference/wit1024.json): a deterministic evaluation, so the paper's number and
-    the rerun's differ only by the protocol's free choices (precision, TF32, padding, the
-    clipping mode), not by sampling. reproduced: |rerun - claim| <= the metric's margin
-    (harness.config.margins); differs: beyond it. A best-layer score inside its permutation null
-    (p > alpha), or a Flickr30k R@1 whose interval reaches 1/n, is at chance: no verdict. The
-    interval over the WIT items is shown, not used: the paper scored the same 1,024 items. Not
-    scored: not rerun, with the command."""
+    """A public model's number against the reference stage's score of it
+    (runs/reference/wit1024.json). First the setting (harness.audit.setting): a run whose
+    benchmark, model, vision reference or protocol is not the claim's, or whose features
+    collapse, is not comparable, each difference named. Then a deterministic evaluation: the
+    paper's number and the rerun's differ only by the protocol's free choices (precision,
+    TF32, batch composition), not by sampling. reproduced: |rerun - claim| <= the metric's
+    margin (harness.config.margins); differs: beyond it. A best-layer score inside its
+    permutation null (p > alpha), or a Flickr30k R@1 whose interval reaches 1/n, is at chance:
+    no verdict. The interval over the WIT items is shown, not used. Not scored: not rerun,
+    with the command."""
     model, ref = claim.setup.get("model"), claim.setup.get("reference")
     entry = reference.lookup(ctx.reference, model, ref, claim.metric)
     if entry is None:
@@ -348,6 +351,12 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
         return Verdict("not rerun", not_rerun(claim.why_not_rerun or "compute", (
             f"{what} not scored; list it in params.yaml's wit1024 section and run `dvc repro "
             "pipelines/wit1024/dvc.yaml` (README, \"Public encoders on WIT-1024\")")), {})
+    differs_from_claim = setting.differences(claim.setup, claim.metric, ctx.reference or {},
+                                             entry)
+    if differs_from_claim:
+        return Verdict("not comparable", "not the claim's setting: "
+                       + "; ".join(differs_from_claim),
+                       {"run": reference.value(entry), "differences": differs_from_claim})
     wit = claim.metric in reference.WIT_METRICS
     run = reference.value(entry)
     margin = _margin(claim, claim.metric, ctx)
@@ -424,16 +433,23 @@ def rule_ranking(claim: Claim, ctx: Context) -> Verdict:
     seen). Per reference and pair of text encoders, the paired gap of their best-layer scores
     with a 95% bootstrap interval over the WIT items (each at its own best pair). not seen:
     some pair separated in opposite directions under two references; seen: no reversal and
-    every pair separated under some reference; else inconclusive."""
+    every pair separated under some reference; else inconclusive. An encoder whose features
+    collapse (an entry's `degenerate`) is left out: its neighbours are rounding noise."""
     from harness.stats.estimators import paired_bootstrap_diff
 
     refs = reference.by_reference(ctx.reference, claim.metric)
+    collapsed = sorted({m for by in refs.values() for e in by.values()
+                        for m in (e.get("degenerate") or {})})
+    refs = {v: {t: e for t, e in by.items() if t not in collapsed}
+            for v, by in refs.items() if v not in collapsed}
     texts = sorted(set.intersection(*(set(t) for t in refs.values()))) if refs else []
     if len(refs) < 2 or len(texts) < 2:
         return Verdict("not rerun", not_rerun("compute", (
             f"needs at least 2 text and 2 vision encoders scored on {claim.metric}; the scores "
-            f"hold {len(texts)} text and {len(refs)} vision (list more in params.yaml's wit1024 "
-            "section and run `dvc repro pipelines/wit1024/dvc.yaml`)")), {})
+            f"hold {len(texts)} text and {len(refs)} vision" + (
+                f" whose features do not collapse (collapsed: {', '.join(collapsed)})"
+                if collapsed else "") + " (list more in params.yaml's wit1024 section and run "
+            "`dvc repro pipelines/wit1024/dvc.yaml`)")), {})
     signs: dict[tuple[str, str], dict[str, int]] = {}
     gaps = []
     for vision, by_text in sorted(refs.items()):
@@ -449,7 +465,8 @@ def rule_ranking(claim: Claim, ctx: Context) -> Verdict:
     evidence = {"orders": orders, "gaps": gaps, "references": sorted(refs), "texts": texts,
                 "paper_references": claim.scalar()}
     names = f"{len(texts)} text encoders ({', '.join(texts)}) under {len(refs)} references " \
-            f"({', '.join(sorted(refs))})"
+            f"({', '.join(sorted(refs))})" + (f", leaving out {', '.join(collapsed)} (features "
+                                              "collapse)" if collapsed else "")
     flipped = [pair for pair, by in signs.items() if {1, -1} <= set(by.values())]
     if flipped:
         a, b = flipped[0]

@@ -10,9 +10,9 @@ from typing import Any
 
 from harness.config.params import WEB_TEXT, ParamsError, _unknown, load_params, read_top_level
 from prh.calibrate import MIN_PERMUTATIONS
-from prh.features import DTYPES, PRECISIONS
+from prh.features import DTYPES, PRECISIONS, PROTOCOLS
 from prh.io import read_yaml
-from prh.layers import CLIP_MODES
+from prh.layers import CLIP_MODES, SCORE_PRECISIONS
 
 SECTION = "wit1024"
 FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
@@ -74,6 +74,8 @@ class ReferenceConfig:
     k: int = 10
     q_outlier: float = 0.95
     clip_mode: str = "per_sample"
+    protocol: str = "platonic-rep"  # prh.features.PROTOCOLS: the paper's is the first
+    score_precision: str = "float32"  # prh.layers.SCORE_PRECISIONS: platonic-rep's float32
     n_permutations: int = 500
     alpha: float = 0.05
     seed: int = 0
@@ -84,8 +86,8 @@ class ReferenceConfig:
 
 
 KEYS = ("data", "text", "vision", "stsb", "flickr", "arms", "caption_idx", "n_rows", "k",
-        "q_outlier", "clip_mode", "n_permutations", "alpha", "seed", "n_resamples", "ci_level",
-        "batch_size", "device")
+        "q_outlier", "clip_mode", "protocol", "score_precision", "n_permutations", "alpha",
+        "seed", "n_resamples", "ci_level", "batch_size", "device")
 
 
 def _int(sec: dict[str, Any], key: str, default: int, lo: int, where: str) -> int:
@@ -176,6 +178,13 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
     clip_mode = sec.get("clip_mode", "per_sample")
     if clip_mode not in CLIP_MODES:
         raise ParamsError(f"{where}.clip_mode: {clip_mode!r}, choose one of {list(CLIP_MODES)}")
+    protocol = sec.get("protocol", "platonic-rep")
+    if protocol not in PROTOCOLS:
+        raise ParamsError(f"{where}.protocol: {protocol!r}, choose one of {list(PROTOCOLS)}")
+    score_precision = sec.get("score_precision", "float32")
+    if score_precision not in SCORE_PRECISIONS:
+        raise ParamsError(f"{where}.score_precision: {score_precision!r}, choose one of "
+                          f"{list(SCORE_PRECISIONS)}")
     n_perm = _int(sec, "n_permutations", 500, 0, where)
     if 0 < n_perm < MIN_PERMUTATIONS:
         raise ParamsError(f"{where}.n_permutations = {n_perm}: use 0 (off) or at least "
@@ -207,6 +216,7 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
         arms=Path(sec["arms"]) if sec.get("arms") else None,
         caption_idx=_int(sec, "caption_idx", 0, 0, where), n_rows=n_rows, k=k,
         q_outlier=_frac(sec, "q_outlier", 0.95, where, closed=True), clip_mode=clip_mode,
+        protocol=protocol, score_precision=score_precision,
         n_permutations=n_perm, alpha=_frac(sec, "alpha", 0.05, where, closed=False),
         seed=_int(sec, "seed", 0, 0, where), n_resamples=_int(sec, "n_resamples", 10_000, 1, where),
         ci_level=_frac(sec, "ci_level", 0.95, where, closed=False),

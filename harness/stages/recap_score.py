@@ -82,7 +82,7 @@ def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any, flickr: Any,
     if wit is not None:
         layers = make_layer_encode(encoder, tokenizer, max_len, device, cfg.batch_size)
         x = clip_outliers(layers(wit.texts), cfg.q_outlier, cfg.clip_mode)
-        obs = LayerAlignment(x, vision, "mutual_knn", cfg.k).observed()
+        obs = LayerAlignment(x, vision, "mutual_knn", cfg.k, cfg.score_precision).observed()
         t, v = obs.pair
         out["wit1024"] = {"metric": metric_key("mutual_knn", cfg.k), "best": obs.best,
                           "pair": list(obs.pair), "interval": item_interval(cfg, obs.per_item),
@@ -149,6 +149,7 @@ def main(argv: list[str]) -> int:
         doc["wit1024"] = {"data": str(cfg.data), "n": len(wit.texts), "sha256": wit_digest(wit),
                           "vision": {"name": cfg.vision[0].name, **info[cfg.vision[0].name]},
                           "k": cfg.k, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
+                          "score_precision": cfg.score_precision,
                           "subsamples": {"size": int(subsamples.shape[1]),
                                          "draws": int(subsamples.shape[0]), "seed": cfg.seed,
                                          "layers": "the best layer pair on all items"}}

@@ -3,7 +3,10 @@ against every listed vision encoder on WIT-1024 by the platonic-rep protocol (pr
 prh.layers), best layer pair and its max-over-pairs calibration, the item interval, and STS-B
 for every text encoder (and for the trained arms under `arms`), and Flickr30k R@1 with the
 30k-pair map when `flickr` is set.
-Everything is checked (section, paths, data) before a model loads."""
+Everything is checked (section, paths, data, every text model's tokenizer on the texts it will
+score) before a model loads; `--check` stops there. The text models run before the vision
+models, so a text-side fault does not wait for the slowest step. Every model's collapsed layers
+(prh.layers.degenerate_layers) are recorded beside its scores."""
 
 from __future__ import annotations
 
@@ -25,9 +28,14 @@ if TYPE_CHECKING:  # the stage imports torch and scipy only once it runs (`--hel
     from prh.sts import Sts
     from prh.wit import Wit
 
+LANGUAGE = {
+    "platonic-rep": "mask-weighted mean over tokens of every hidden state, embedding output "
+                    "included; left padding to the set's longest text, no position ids, pooled "
+                    "in the compute precision (platonic-rep extract_llm_features)",
+    "padding-invariant": "mask-weighted mean over tokens of every hidden state, embedding "
+                         "output included; right padding per batch, position ids from the "
+                         "attention mask"}
 PROTOCOL = {
-    "language": "mask-weighted mean over tokens of every hidden state, embedding output "
-                "included; position ids from the attention mask",
     "vision": "CLS token after every block, before the final norm, at the model's input size",
     "score": "each layer L2-normalised; max over all (text layer, vision layer) pairs",
     "null": "one row permutation per draw applied to every vision layer, the same max "
@@ -57,9 +65,32 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
+def _collapsed(info: dict[str, Any]) -> str:
+    bad = info["degenerate_layers"]
+    return (f"; COLLAPSED at layers {bad}: every cosine between items within float32 "
+            "rounding (random weights?), no verdict from its scores") if bad else ""
+
+
+def text_sides(cfg: ReferenceConfig, texts: list[str]) -> dict[str, dict[str, Any]]:
+    """Every text model's config and tokenizer (no weights), its tokenizer exercised on the
+    texts it will score: the size against the embedding table, the share of unknown tokens
+    (prh.features.load_text_side, check_unknown). FeatureError names the folder."""
+    from prh.features import check_unknown, load_text_side
+
+    out = {}
+    for t in cfg.text:
+        side = load_text_side(t.path)
+        share = check_unknown(side, texts, f"{t.path} ({t.name})")
+        out[t.name] = {**side.facts, "unk_share": share}
+        print(f"reference: {t.name}: {side.facts['model_type']}, {side.facts['layers']} layers "
+              f"x {side.facts['hidden']}, tokenizer of {side.facts['tokenizer_size']:,} tokens, "
+              f"{share:.2%} of the scored tokens unknown")
+    return out
+
+
 def vision_layers(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from prh.features import load_vision_model, vision_features
-    from prh.layers import clip_outliers
+    from prh.layers import clip_outliers, degenerate_layers
 
     images = wit.decoded()
     feats, infos = {}, {}
@@ -69,9 +100,10 @@ def vision_layers(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray]
         x = vision_features(model, images, image_size=info["image_size"],
                             batch_size=cfg.batch_size, device=cfg.device)
         feats[v.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
-        infos[v.name] = {**info, "seconds": round(time.perf_counter() - start, 2)}
+        infos[v.name] = {**info, "degenerate_layers": degenerate_layers(feats[v.name]),
+                         "seconds": round(time.perf_counter() - start, 2)}
         print(f"reference: {v.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} images "
-              f"in {infos[v.name]['seconds']:.1f} s")
+              f"in {infos[v.name]['seconds']:.1f} s" + _collapsed(infos[v.name]))
         del model
         _free()
     return feats, infos
@@ -283,19 +315,21 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
           ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any], dict[str, Any],
                      dict[str, Any]]:
     from prh.features import language_features, load_language_model
-    from prh.layers import clip_outliers
+    from prh.layers import clip_outliers, degenerate_layers
     from prh.sts import spearman
 
     feats, infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}, {}
     for t in cfg.text:
         start = time.perf_counter()
         lm = load_language_model(t.path, t.precision, cfg.device)
-        x, how = language_features(lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device)
+        x, how = language_features(lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device,
+                                   protocol=cfg.protocol)
         feats[t.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
-        infos[t.name] = {**lm.info, **how, "seconds": round(time.perf_counter() - start, 2)}
+        infos[t.name] = {**lm.info, **how, "degenerate_layers": degenerate_layers(feats[t.name]),
+                         "seconds": round(time.perf_counter() - start, 2)}
         print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} texts "
               f"in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
-              f"{lm.max_length} tokens)")
+              f"{lm.max_length} tokens)" + _collapsed(infos[t.name]))
         def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
             return language_features(lm, texts, batch_size=cfg.batch_size, device=cfg.device,
                                      last_only=True)[0][:, 0]
@@ -365,8 +399,10 @@ def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
             "resamples": "the WIT items, at the best layer pair", "n_resamples": ci.n_resamples}
 
 
-def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
-           vision: dict[str, np.ndarray]) -> dict[str, Any]:
+def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray], vision: dict[str, np.ndarray],
+           collapsed: dict[str, list[int]]) -> dict[str, Any]:
+    """Every (text, vision, metric) entry; `degenerate` names the collapsed layers of either
+    model (`collapsed`: model -> layers), whose neighbour sets are rounding noise."""
     from prh import calibrate
     from prh.layers import LayerAlignment
 
@@ -375,7 +411,7 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
         for vname, y in vision.items():
             for metric in ("mutual_knn", "cka"):
                 k = cfg.k if metric == "mutual_knn" else None
-                la = LayerAlignment(x, y, metric, cfg.k)
+                la = LayerAlignment(x, y, metric, cfg.k, cfg.score_precision)
                 obs = la.observed()
                 cal = None
                 if cfg.n_permutations:
@@ -386,7 +422,8 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray],
                     "text": tname, "vision": vname, "metric": metric_key(metric, k), "k": k,
                     "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
                     "calibrated": cal, "interval": interval,
-                    "per_item": None if obs.per_item is None else obs.per_item.tolist()}
+                    "per_item": None if obs.per_item is None else obs.per_item.tolist(),
+                    "degenerate": {m: collapsed[m] for m in (tname, vname) if collapsed[m]}}
                 shown = f", calibrated {cal['calibrated']:.4f} (p {cal['p_value']:.4f})" \
                     if cal else ""
                 print(f"reference: {tname} x {vname}: {metric_key(metric, k)} {obs.best:.4f} at "
@@ -398,11 +435,14 @@ def main(argv: list[str]) -> int:
     """Score every text encoder of params.yaml's `wit1024` section against every vision encoder
     on WIT-1024 (and STS-B when `stsb` is set); write the scores to --out."""
     parser = stage_parser("reference", main.__doc__)
-    parser.add_argument("--out", type=Path, required=True,
-                        help="the scores JSON (runs/reference/wit1024.json)")
+    parser.add_argument("--out", type=Path,
+                        help="the scores JSON (runs/reference/wit1024.json); not with --check")
     parser.add_argument("--check", action="store_true",
-                        help="check the section, the paths and the data; load no model")
+                        help="check the section, the paths, the data and every text model's "
+                             "tokenizer on its texts; load no weights")
     args = parser.parse_args(argv)
+    if args.out is None and not args.check:
+        parser.error("--out is required (or --check)")
     from harness.config.reference import load_reference, missing_paths
     from prh.features import FeatureError
     from prh.sts import StsError, read_sts
@@ -426,7 +466,8 @@ def main(argv: list[str]) -> int:
         flickr = read_flickr(cfg)
         pf = read_pairfree(cfg, args.params)
         runs = arm_runs(cfg)
-    except (ContractError, WitError, StsError, ValueError) as e:
+        sides = text_sides(cfg, wit.texts)
+    except (ContractError, WitError, StsError, FeatureError, ValueError) as e:
         return fail(e)
     print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
           + (f", {len(sts.scores)} STS-B pairs" if sts else "")
@@ -438,22 +479,28 @@ def main(argv: list[str]) -> int:
     if args.check:
         return 0
     try:
-        vision, vision_info = vision_layers(cfg, wit)
         class_img = _class_images(pf) if pf else {}
         text, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
                                                              class_img)
+        vision, vision_info = vision_layers(cfg, wit)
         sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
         pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr \
             else {}
     except (FeatureError, ContractError) as e:
         return fail(e)
+    collapsed = {name: info["degenerate_layers"]
+                 for name, info in (*text_info.items(), *vision_info.items())}
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
                     "sha256": wit_digest(wit)},
-           "protocol": {**PROTOCOL, "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
+           "protocol": {**PROTOCOL, "language": LANGUAGE[cfg.protocol], "name": cfg.protocol,
+                        "score_precision": cfg.score_precision,
+                        "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
                         "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
                         "seed": cfg.seed},
-           "text": text_info, "vision": vision_info,
-           "alignment": _align(cfg, text, vision), "sts": sts_out, "flickr": flickr_out,
+           "text": {n: {**sides[n], **info} for n, info in text_info.items()},
+           "vision": vision_info,
+           "alignment": _align(cfg, text, vision, collapsed), "sts": sts_out,
+           "flickr": flickr_out,
            "pair_free": pf_out, "pair_free_arms": pf_arms,
            "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
                        for n, c in (pf.classes.items() if pf else ())},

@@ -1,0 +1,117 @@
+"""Is an evaluation run's setting the claim's? The facts of the paper's benchmarks, public models
+and vision references (public_setups.yaml) against what the reference stage recorded
+(runs/reference/wit1024.json: `data`, `protocol`, `text`, `vision`, each entry's `degenerate`).
+Every difference is named; any one makes the claim "not comparable" (harness.audit.rules
+`rule_evaluated`). A number from another benchmark size, another model under the claim's name,
+another image size or collapsed (random-weight) features says nothing about the paper's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.records import reference
+from prh.io import read_yaml
+
+SETUPS = Path(__file__).with_name("public_setups.yaml")
+
+
+@cache
+def load_setups(path: Path = SETUPS) -> dict[str, Any]:
+    return read_yaml(path, "the file ships with the package")
+
+
+def _wit(bench: Mapping[str, Any], metric: str, doc: Mapping[str, Any]) -> list[str]:
+    data, proto = doc.get("data") or {}, doc.get("protocol") or {}
+    out = []
+    if data.get("n") != bench["rows"]:
+        out.append(f"the run scored {data.get('n')} rows, the benchmark has {bench['rows']}")
+    if data.get("caption_idx") != bench["caption_idx"]:
+        out.append(f"caption {data.get('caption_idx')} of each row, the paper's protocol "
+                   f"scores caption {bench['caption_idx']}")
+    if bench.get("sha256") and data.get("sha256") != bench["sha256"]:
+        out.append(f"the rows' digest {data.get('sha256')} is not the published "
+                   f"{bench['sha256']}")
+    if proto.get("name") != bench["protocol"]:
+        out.append(f"text features by the {proto.get('name') or 'unrecorded'} protocol, the "
+                   f"paper's is {bench['protocol']} (wit1024.protocol)")
+    if reference.WIT_METRICS[metric][1] is not None and proto.get("k") != bench["k"]:
+        out.append(f"k = {proto.get('k')}, the claim's k = {bench['k']}")
+    if proto.get("clip") != bench["clip"]:
+        out.append(f"outlier clipping {proto.get('clip')}, platonic-rep's {bench['clip']}")
+    return out
+
+
+def _benchmark(name: str | None, metric: str, doc: Mapping[str, Any], entry: Mapping[str, Any]
+               ) -> list[str]:
+    bench = load_setups()["benchmarks"].get(str(name))
+    if bench is None:
+        return [f"the registry holds no facts of the benchmark {name!r} to check the run against"]
+    if metric in reference.WIT_METRICS:
+        return _wit(bench, metric, doc)
+    if metric == reference.STS_METRIC and entry.get("n") != bench["rows"]:
+        return [f"{entry.get('n')} STS-B pairs scored, the test split has {bench['rows']}"]
+    if metric == reference.FLICKR_METRIC and entry.get("n_test") != bench["n_test"]:
+        return [f"{entry.get('n_test')} Flickr30k test pairs, the Karpathy test split has "
+                f"{bench['n_test']}"]
+    return []
+
+
+def _model(name: str, got: Mapping[str, Any] | None) -> list[str]:
+    setups = load_setups()
+    want = setups["models"].get(name)
+    if want is None:
+        return [f"the registry holds no facts of {name} to check the run against"]
+    if not got or "hidden" not in got:
+        return [f"the run records no architecture of {name} (rerun `harness reference`)"]
+    out = [f"{name} is a {want[k]} {k.replace('_', ' ')}, the scored model's is {got.get(k)}"
+           if k == "model_type" else f"{name} has {k} {want[k]}, the scored model {got.get(k)}"
+           for k in ("model_type", "hidden", "layers") if got.get(k) != want[k]]
+    count, card = got.get("parameters_card"), float(want["parameters"])
+    if count is None or abs(count - card) > setups["parameter_tolerance"] * card:
+        out.append(f"{name} has {card:.3g} parameters by its model card, the scored model "
+                   f"{count if count is None else f'{count:.3g}'}")
+    return out
+
+
+def _arch(timm_name: str) -> tuple[str, str | None]:
+    arch, _, tag = timm_name.partition(".")
+    return arch, tag or None
+
+
+def _reference(name: str, got: Mapping[str, Any] | None) -> list[str]:
+    want = load_setups()["references"].get(name)
+    if want is None:
+        return [f"the registry holds no facts of the vision reference {name} to check against"]
+    if not got or "width" not in got:
+        return [f"the run records no architecture of {name} (rerun `harness reference`)"]
+    out = []
+    (arch, tag), (warch, wtag) = _arch(str(got.get("timm"))), _arch(want["timm"])
+    if arch != warch or (tag and tag != wtag):
+        out.append(f"{name} is timm's {want['timm']}, the scored model {got.get('timm')}")
+    out += [f"{name} {what} {want[k]}, the scored model {got.get(k)}"
+            for k, what in (("image_size", "runs at"), ("width", "has width"),
+                            ("layers", "has layers")) if got.get(k) != want[k]]
+    if want.get("sha256") and got.get("sha256") != want["sha256"]:
+        out.append(f"the weights' sha256 {str(got.get('sha256'))[:16]}... is not the public "
+                   f"file's {want['sha256'][:16]}...")
+    return out
+
+
+def differences(setup: Mapping[str, Any], metric: str, doc: Mapping[str, Any],
+                entry: Mapping[str, Any]) -> list[str]:
+    """Every way the run behind `entry` (a lookup in `doc`) differs from the setting of a claim
+    with this `setup` on `metric`; [] when it is the claim's."""
+    model = str(setup.get("model"))
+    out = _benchmark(setup.get("dataset"), metric, doc, entry)
+    out += _model(model, (doc.get("text") or {}).get(model))
+    if metric in reference.WIT_METRICS:
+        ref = str(setup.get("reference"))
+        out += _reference(ref, (doc.get("vision") or {}).get(ref))
+    for who, layers in (entry.get("degenerate") or {}).items():
+        out.append(f"{who}'s features collapse at layers {layers} (every cosine between items "
+                   "within float32 rounding, as random weights give): its neighbours there are "
+                   "rounding noise")
+    return out
