@@ -14,12 +14,26 @@ Run: `.venv/bin/python bench/pairfree.py [--sizes 1000 2000 14500] [--clusters 3
 - with `--whole N`: one whole fit at N rows a side at the config's C, S, b, R (`--workers`
   processes for the restarts), on the flickr30k profile's widths (768-wide images as DINOv2
   ViT-B/14's, 384-wide texts as BERT-S's), measured end to end: its wall time, the rounds run,
-  and its FOSCTTM and R@1 on 1,000 held-out pairs.
+  and its FOSCTTM and R@1 on 1,000 held-out pairs;
+- with `--solvers` (needs the `lap` package, in the test extra): scipy's
+  `linear_sum_assignment`, the fit's solver, against lap's Jonker-Volgenant `lapjv`
+  (`lapjv_max` below; measured and not adopted, docs/sources.md), on square blocks of
+  `--solver-sizes` rows (default 2,000, 5,000 and the benchmark's b = 10,000) of three kinds of
+  scores: uniform random in [-1, 1]; near-permutation (cosines of 64-wide unit rows against a
+  shuffled copy with small noise, as in a late round of a fit whose pools share their items);
+  clustered (the planted pools of `other_items` above, 768 -> 384 wide, disjoint items, scored
+  at the planted map, as in a late round of Table 4's setting; only up to `--clustered-max`
+  rows, default 5,000, as one 10,000 block takes the two solvers about 110 s together). Per
+  block: each solver's median wall time over up to `--repeats` runs (fewer once a block has
+  used `--budget` seconds), the ratio scipy / lapjv (above 1: lapjv faster), the gap between
+  the two optima and whether the pairs agree; and the CPU share the process got (a loaded
+  machine reads as a slow solver). About 2 minutes on two cores at the defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -63,7 +77,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--whole", type=int, default=0, help="rows a side of one whole fit (0: none)")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--solvers", action="store_true",
+                    help="time scipy against lapjv only (pip install lap)")
+    ap.add_argument("--solver-sizes", type=int, nargs="*", default=[2000, 5000, 10000])
+    ap.add_argument("--clustered-max", type=int, default=5000,
+                    help="largest block of the clustered kind (its 10,000 takes ~110 s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=10.0,
+                    help="seconds per block after which no further repeat starts")
     a = ap.parse_args()
+    if a.solvers:
+        return solvers(a)
     if a.whole:
         return whole(a)
     cfg = pairfree.PairFreeConfig(clusters=a.clusters, restarts=a.restarts, rounds=a.rounds)
@@ -122,6 +146,96 @@ def whole(a: argparse.Namespace) -> int:
           f"FOSCTTM {foscttm_on_pairs(pmap, xt, yt):.4f}, R@1 {r1:.3f} (chance .001)")
     return 0
 
+
+def solver_scores(kind: str, n: int, seed: int) -> np.ndarray:
+    """An n x n block of scores of one kind (`--solvers` in the module docstring)."""
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return rng.uniform(-1.0, 1.0, (n, n))
+    if kind == "near":
+        x = rng.standard_normal((n, 64))
+        y = x[rng.permutation(n)] + 0.3 / 8 * rng.standard_normal((n, 64))
+        return align.unit_or_zero(x) @ align.unit_or_zero(y).T
+    xa, yb, _, _ = other_items(n, 768, 384, 0.3, seed)
+    w = align.random_orthonormal_map(768, 384, seed + 1)  # other_items' planted map
+    xp, zp = pairfree.prepare(xa, xa.mean(axis=0)), pairfree.prepare(yb, yb.mean(axis=0))
+    return (xp @ w) @ zp.T
+
+
+def lapjv_max(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the one-to-one assignment of a square block of finite scores with the
+    largest sum, by lap's `lapjv`, in the form of scipy's `linear_sum_assignment(s,
+    maximize=True)` (one pair per row, rows ascending).
+
+    lapjv minimises: it gets -s 2^-e with 2^(e-1) <= max|s| < 2^e, a negation and a power-of-two
+    scale, both exact in floating point, so the same problem with costs in (-1, 1). That keeps
+    lap's sentinel LARGE = 1e6 (its infinity among column prices) clear: a price moves by at most
+    the length of a shortest augmenting path, under 2 (n + 1) (our reading; lap states no bound).
+    """
+    import lap
+
+    s = np.asarray(scores, dtype=np.float64)
+    n = len(s)
+    top = max(float(s.max()), -float(s.min())) if s.size else 0.0
+    if s.shape != (n, n) or n == 0 or not math.isfinite(top) or 2 * (n + 1) >= lap.LARGE:
+        raise ValueError(f"lapjv_max takes a non-empty square block of finite scores with "
+                         f"2 (n + 1) < {lap.LARGE:g}, got shape {s.shape}, max |s| {top}")
+    cost = s * -math.ldexp(1.0, -math.frexp(top)[1])  # -s 2^-e: exact
+    cols = lap.lapjv(cost, extend_cost=False, return_cost=False)[0]
+    return np.arange(n), cols.astype(np.intp)
+
+
+def solvers(a: argparse.Namespace) -> int:
+    """scipy against lapjv on the same blocks: medians, ratio, the optima compared. On one BLAS
+    thread throughout: idle BLAS threads spin after a product and would count as solver CPU."""
+    try:
+        import lap  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench/pairfree.py --solvers needs the lap package: pip install lap") \
+            from None
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _solvers(a)
+
+
+def _solvers(a: argparse.Namespace) -> int:
+    from scipy.optimize import linear_sum_assignment
+
+    solve = {"scipy": lambda s: linear_sum_assignment(s, maximize=True), "lapjv": lapjv_max}
+    for f in solve.values():  # imports out of the timings
+        f(np.eye(3))
+    solve_wall = solve_cpu = 0.0
+    print(f"assignment solvers (scipy linear_sum_assignment, lap lapjv), median wall s over up to "
+          f"{a.repeats} runs (fewer past {a.budget:g} s a block); ratio = scipy / lapjv:")
+    print(f"{'rows':>7} {'scores':>10} {'scipy s':>9} {'lapjv s':>9} {'ratio':>6} "
+          f"{'optima gap':>11} {'same pairs':>10}")
+    for n in a.solver_sizes:
+        for kind in ("random", "near", "clustered"):
+            if kind == "clustered" and n > a.clustered_max:
+                continue
+            s = solver_scores(kind, n, seed=n)
+            times: dict[str, list[float]] = {"scipy": [], "lapjv": []}
+            cols: dict[str, np.ndarray] = {}
+            spent = 0.0
+            while len(times["scipy"]) < a.repeats and spent < a.budget:
+                for name in times:  # alternated, so a load change hits both
+                    cpu = time.process_time()
+                    (_, c), t = timed(solve[name], s)
+                    solve_cpu += time.process_time() - cpu
+                    solve_wall += t
+                    times[name].append(t)
+                    cols[name] = c
+                    spent += t
+            obj = {name: float(s[np.arange(n), c].sum()) for name, c in cols.items()}
+            med = {name: float(np.median(t)) for name, t in times.items()}
+            print(f"{n:>7} {kind:>10} {med['scipy']:>9.3f} {med['lapjv']:>9.3f} "
+                  f"{med['scipy'] / med['lapjv']:>6.2f} {obj['scipy'] - obj['lapjv']:>11.1e} "
+                  f"{str(bool((cols['scipy'] == cols['lapjv']).all())):>10}"
+                  f"   ({len(times['scipy'])} runs)", flush=True)
+    print(f"the solvers (one thread each) kept {solve_cpu / solve_wall:.2f} of a core over their "
+          f"{solve_wall:.0f} s (below 1: the machine was busy, the times above inflated)")
+    return 0
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -470,6 +470,9 @@ def test_a_run_that_is_not_the_papers_gives_no_verdict_on_any_paper_claim(parts,
     assert doc["text"][mpnet]["degenerate_layers"] == []  # real features: far from collapse
     assert doc["alignment"][f"{mpnet}|dinov2_vitb14|mknn10"]["degenerate"] == {
         "dinov2_vitb14": list(range(12))}
+    assert doc["protocol"]["name"] == "platonic-rep"
+    assert doc["alignment"][f"{mpnet}|dinov2_vitb14|cka"]["other_protocol"]["name"] == \
+        "padding-invariant"
 
     reg = load_registry("harness/audit/claims.yaml")
     before = {r["id"]: r["verdict"] for r in audit(reg, Context(reg.claims, "world"))["claims"]}
@@ -572,13 +575,13 @@ PAPER_RUN = {
                                  "width": 768, "layers": 12}}}
 
 
-def _evaluated(best, p=0.002, degenerate=None, **over):
+def _evaluated(best, p=0.002, degenerate=None, other=None, **over):
     from harness.audit.rules import rule_evaluated
 
     reg = load_registry("harness/audit/claims.yaml")
     key = "sentence-transformers/all-mpnet-base-v2|dinov2_vitb14|mknn10"
     entry = {"best": best, "pair": [3, 11], "interval": None, "degenerate": degenerate or {},
-             "calibrated": {"p_value": p, "alpha": 0.05}}
+             "calibrated": {"p_value": p, "alpha": 0.05}, "other_protocol": other}
     doc = json.loads(json.dumps(PAPER_RUN))
     for path, v in over.items():
         *parents, leaf = path.split(".")
@@ -598,6 +601,9 @@ def test_the_evaluated_rule():
     assert _evaluated(0.118 - 1.1 * m).verdict == "differs"
     assert _evaluated(0.118, p=0.3).verdict == "inconclusive"
     assert "same items" not in _evaluated(0.118 - 1.1 * m).reason
+    shifted = _evaluated(0.118, other={"name": "padding-invariant", "best": 0.125,
+                                       "pair": [2, 11]})
+    assert "the padding-invariant protocol gives 0.1250 on this run (+0.0070)" in shifted.reason
 
 
 MPNET = "text.sentence-transformers/all-mpnet-base-v2"

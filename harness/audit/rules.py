@@ -381,11 +381,14 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
         return Verdict("informational", f"no audit.margin for {claim.metric}: rerun {run:.4f} "
                        f"beside the claim's {claim.printed}", evidence)
     gap = run - claim.scalar()
+    alt = entry.get("other_protocol")
     shown = (f"rerun {run:.4f}, claim {claim.scalar():.4f}, difference {gap:+.4f}, margin "
              f"{margin:g}" + (f", layers {entry['pair']}" if wit else "") + "; a point "
              "difference, not a test: a public model's score on fixed items has no sampling "
              "variance, and moves only with the protocol's free choices (precision, padding, "
-             "the layer search" + (", the clipping mode" if not wit else "") + ")")
+             "the layer search" + (", the clipping mode" if not wit else "") + ")" + (
+                 f"; the {alt['name']} protocol gives {alt['best']:.4f} on this run "
+                 f"({alt['best'] - run:+.4f})" if alt else ""))
     if abs(gap) <= margin:
         return Verdict("reproduced", f"within the margin ({shown})", evidence)
     return Verdict("differs", f"beyond the margin ({shown})", evidence)

@@ -15,7 +15,9 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                    calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
                    interval: {lo, hi, level, method, resamples, n_resamples} | null,
                    per_item: [n] | null (mutual k-NN at the best pair, in item order),
-                   degenerate: {MODEL: [collapsed layers]} (prh.layers.degenerate_layers)}},
+                   degenerate: {MODEL: [collapsed layers]} (prh.layers.degenerate_layers),
+                   other_protocol: {name, best, pair}: the same score with the text features
+                   by the protocol not chosen (what wit1024.protocol moves)}},
      "sts": {NAME: {spearman, n, path}},
      "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, interval, pooling, pairs} |
                       {skipped: why}},

@@ -312,19 +312,26 @@ def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> 
 
 def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any] | None,
           pf: PairFreeInputs | None = None, class_img: dict[str, np.ndarray] | None = None
-          ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any], dict[str, Any],
-                     dict[str, Any]]:
-    from prh.features import language_features, load_language_model
+          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any],
+                     dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Per text encoder: its WIT features by `wit1024.protocol` and by the other protocol
+    (what the choice moves, shown beside every verdict), what was loaded, and its STS-B,
+    Flickr30k and pair-free scores."""
+    from prh.features import PROTOCOLS, language_features, load_language_model
     from prh.layers import clip_outliers, degenerate_layers
     from prh.sts import spearman
 
-    feats, infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}, {}
+    other = next(p for p in PROTOCOLS if p != cfg.protocol)
+    feats, alt, infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}, {}, {}
     for t in cfg.text:
         start = time.perf_counter()
         lm = load_language_model(t.path, t.precision, cfg.device)
         x, how = language_features(lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device,
                                    protocol=cfg.protocol)
         feats[t.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
+        alt[t.name] = clip_outliers(language_features(
+            lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device, protocol=other)[0],
+            cfg.q_outlier, cfg.clip_mode)
         infos[t.name] = {**lm.info, **how, "degenerate_layers": degenerate_layers(feats[t.name]),
                          "seconds": round(time.perf_counter() - start, 2)}
         print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} texts "
@@ -349,7 +356,7 @@ def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any
                 for m, v in got["spread"].items()))
         del lm
         _free()
-    return feats, infos, sts_out, flickr_out, pf_out
+    return feats, alt, infos, sts_out, flickr_out, pf_out
 
 
 def arm_runs(cfg: ReferenceConfig) -> dict[Path, dict[str, Any]]:
@@ -399,10 +406,22 @@ def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
             "resamples": "the WIT items, at the best layer pair", "n_resamples": ci.n_resamples}
 
 
+def _other(cfg: ReferenceConfig, name: str, x: np.ndarray, y: np.ndarray, metric: str
+           ) -> dict[str, Any]:
+    from prh.layers import LayerAlignment
+
+    obs = LayerAlignment(x, y, metric, cfg.k, cfg.score_precision).observed()
+    return {"name": name, "best": obs.best, "pair": list(obs.pair)}
+
+
 def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray], vision: dict[str, np.ndarray],
-           collapsed: dict[str, list[int]]) -> dict[str, Any]:
+           collapsed: dict[str, list[int]], alt: dict[str, np.ndarray]) -> dict[str, Any]:
     """Every (text, vision, metric) entry; `degenerate` names the collapsed layers of either
-    model (`collapsed`: model -> layers), whose neighbour sets are rounding noise."""
+    model (`collapsed`: model -> layers), whose neighbour sets are rounding noise;
+    `other_protocol` the best pair of the text features by the other protocol (`alt`)."""
+    from prh.features import PROTOCOLS
+
+    other = next(p for p in PROTOCOLS if p != cfg.protocol)
     from prh import calibrate
     from prh.layers import LayerAlignment
 
@@ -423,7 +442,8 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray], vision: dict[str, 
                     "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
                     "calibrated": cal, "interval": interval,
                     "per_item": None if obs.per_item is None else obs.per_item.tolist(),
-                    "degenerate": {m: collapsed[m] for m in (tname, vname) if collapsed[m]}}
+                    "degenerate": {m: collapsed[m] for m in (tname, vname) if collapsed[m]},
+                    "other_protocol": _other(cfg, other, alt[tname], y, metric)}
                 shown = f", calibrated {cal['calibrated']:.4f} (p {cal['p_value']:.4f})" \
                     if cal else ""
                 print(f"reference: {tname} x {vname}: {metric_key(metric, k)} {obs.best:.4f} at "
@@ -480,8 +500,8 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         class_img = _class_images(pf) if pf else {}
-        text, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
-                                                             class_img)
+        text, alt, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
+                                                                  class_img)
         vision, vision_info = vision_layers(cfg, wit)
         sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
         pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr \
@@ -499,7 +519,7 @@ def main(argv: list[str]) -> int:
                         "seed": cfg.seed},
            "text": {n: {**sides[n], **info} for n, info in text_info.items()},
            "vision": vision_info,
-           "alignment": _align(cfg, text, vision, collapsed), "sts": sts_out,
+           "alignment": _align(cfg, text, vision, collapsed, alt), "sts": sts_out,
            "flickr": flickr_out,
            "pair_free": pf_out, "pair_free_arms": pf_arms,
            "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
