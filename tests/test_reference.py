@@ -755,6 +755,50 @@ def test_table_3s_flickr_column_with_the_30k_pair_map(parts, tmp_path):
     assert row["t3_clip_flickr_r1"]["verdict"] == "not rerun"
 
 
+def test_table_3s_coco_column_scores_like_wit(parts, tmp_path, capsys):
+    """COCO in Karpathy's layout (a miniature of 40 test photos): the same extraction, clipping
+    and best layer pair as WIT's, recomputed here from prh's parts; the claim on the column is
+    read, not comparable on 40 rows, and says what the registry assumes of the paper's COCO."""
+    from flickr_mini import build
+
+    raw = build(tmp_path / "coco", n_train=2, n_val=2, n_test=40)
+    mpnet = "sentence-transformers/all-mpnet-base-v2"
+    coco = {"dataset": str(raw / "dataset.json"), "images": str(raw / "images"), "n_rows": 40}
+    params = _params(tmp_path, parts, k=10, n_permutations=19, coco=coco,
+                     text=[{"name": mpnet, "path": str(minilm_dir())}])
+    assert stage.main(["--params", params, "--check"]) == 0
+    assert "64 WIT items from" in (said := capsys.readouterr().out) and \
+        "40 COCO test pairs" in said
+    out = tmp_path / "wit1024.json"
+    assert stage.main(["--params", params, "--out", str(out)]) == 0
+    block = read_reference(out)["coco"]
+    assert block["data"]["n"] == 40 and block["data"]["split"] == "test"
+    entry = block["alignment"][f"{mpnet}|dinov2_vitb14|mknn10"]
+
+    from prh.coco import read_coco
+    data = read_coco(raw / "dataset.json", raw / "images", n_rows=40)
+    x = layers.clip_outliers(features.language_features(
+        features.load_language_model(minilm_dir()), data.texts, batch_size=16)[0])
+    model, _ = features.load_vision_model("vit_small_patch14_dinov2", parts["dino"], SIZE)
+    y = layers.clip_outliers(features.vision_features(model, data.decoded(), image_size=SIZE))
+    obs = layers.LayerAlignment(x, y, "mutual_knn", 10, "float32").observed()
+    assert entry["best"] == obs.best and entry["pair"] == list(obs.pair)
+
+    reg = load_registry("harness/audit/claims.yaml")
+    rows = {r["id"]: r for r in audit(reg, Context(reg.claims, "world", reference=read_reference(
+        out)))["claims"]}
+    got = rows["t3_mpnet_coco"]
+    assert got["verdict"] == "not comparable", got["reason"]
+    assert "the run scored 40 rows, the benchmark has 5000" in got["reason"]
+    assert "(assumed: the paper does not say which COCO images it scored" in got["reason"]
+    assert rows["t3_qwen72b_coco"]["verdict"] == "not rerun"
+
+    params = _params(tmp_path, parts, coco={**coco, "n_rows": 41})
+    assert stage.main(["--params", params, "--check"]) == 2
+    assert "40 photos in split 'test', wit1024.coco.n_rows asks for 41" in \
+        capsys.readouterr().err
+
+
 def _pairfree_world(tmp_path, parts):
     """The flickr30k side of Table 4's setting in miniature: 96 train photos (pools of 48 a
     side), their photos and a miniature ImageNet-100 embedded by a random DINOv2 ViT-B/14 at

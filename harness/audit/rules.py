@@ -345,19 +345,22 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     with the command."""
     model, ref = claim.setup.get("model"), claim.setup.get("reference")
     entry = reference.lookup(ctx.reference, model, ref, claim.metric)
+    layerwise = claim.metric in reference.WIT_METRICS or claim.metric in reference.COCO_METRICS
     if entry is None:
-        what = f"{model} against {ref}" if ref and claim.metric in reference.WIT_METRICS \
-            else str(model)
+        what = f"{model} against {ref}" if ref and layerwise else str(model)
+        coco = " with wit1024.coco set" if claim.metric in reference.COCO_METRICS else ""
         return Verdict("not rerun", not_rerun(claim.why_not_rerun or "compute", (
-            f"{what} not scored; list it in params.yaml's wit1024 section and run `dvc repro "
-            "pipelines/wit1024/dvc.yaml` (README, \"Public encoders on WIT-1024\")")), {})
+            f"{what} not scored; list it in params.yaml's wit1024 section{coco} and run `dvc "
+            "repro pipelines/wit1024/dvc.yaml` (README, \"Public encoders on WIT-1024\")")), {})
+    assumed = setting.assumed(claim.setup)
+    assumed = f" (assumed: {assumed})" if assumed else ""
     differs_from_claim = setting.differences(claim.setup, claim.metric, ctx.reference or {},
                                              entry)
     if differs_from_claim:
         return Verdict("not comparable", "not the claim's setting: "
-                       + "; ".join(differs_from_claim),
+                       + "; ".join(differs_from_claim) + assumed,
                        {"run": reference.value(entry), "differences": differs_from_claim})
-    wit = claim.metric in reference.WIT_METRICS
+    wit = layerwise
     run = reference.value(entry)
     margin = _margin(claim, claim.metric, ctx)
     evidence: dict[str, Any] = {"claim": claim.scalar(), "run": run, "margin": margin,
@@ -385,10 +388,10 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     shown = (f"rerun {run:.4f}, claim {claim.scalar():.4f}, difference {gap:+.4f}, margin "
              f"{margin:g}" + (f", layers {entry['pair']}" if wit else "") + "; a point "
              "difference, not a test: a public model's score on fixed items has no sampling "
-             "variance, and moves only with the protocol's free choices (precision, padding, "
-             "the layer search" + (", the clipping mode" if not wit else "") + ")" + (
+             "variance, and moves only with the protocol's free choices (precision, padding"
+             + (", the layer search, the clipping mode" if wit else "") + ")" + (
                  f"; the {alt['name']} protocol gives {alt['best']:.4f} on this run "
-                 f"({alt['best'] - run:+.4f})" if alt else ""))
+                 f"({alt['best'] - run:+.4f})" if alt else "") + assumed)
     if abs(gap) <= margin:
         return Verdict("reproduced", f"within the margin ({shown})", evidence)
     return Verdict("differs", f"beyond the margin ({shown})", evidence)

@@ -23,8 +23,9 @@ def load_setups(path: Path = SETUPS) -> dict[str, Any]:
     return read_yaml(path, "the file ships with the package")
 
 
-def _wit(bench: Mapping[str, Any], metric: str, doc: Mapping[str, Any]) -> list[str]:
-    data, proto = doc.get("data") or {}, doc.get("protocol") or {}
+def _layerwise(bench: Mapping[str, Any], metric: str, data: Mapping[str, Any],
+               proto: Mapping[str, Any]) -> list[str]:
+    """A layer-wise benchmark's rows, caption, digest and protocol (WIT-1024, COCO)."""
     out = []
     if data.get("n") != bench["rows"]:
         out.append(f"the run scored {data.get('n')} rows, the benchmark has {bench['rows']}")
@@ -37,7 +38,8 @@ def _wit(bench: Mapping[str, Any], metric: str, doc: Mapping[str, Any]) -> list[
     if proto.get("name") != bench["protocol"]:
         out.append(f"text features by the {proto.get('name') or 'unrecorded'} protocol, the "
                    f"paper's is {bench['protocol']} (wit1024.protocol)")
-    if reference.WIT_METRICS[metric][1] is not None and proto.get("k") != bench["k"]:
+    if {**reference.WIT_METRICS, **reference.COCO_METRICS}[metric][1] is not None \
+            and proto.get("k") != bench["k"]:
         out.append(f"k = {proto.get('k')}, the claim's k = {bench['k']}")
     if proto.get("clip") != bench["clip"]:
         out.append(f"outlier clipping {proto.get('clip')}, platonic-rep's {bench['clip']}")
@@ -50,7 +52,10 @@ def _benchmark(name: str | None, metric: str, doc: Mapping[str, Any], entry: Map
     if bench is None:
         return [f"the registry holds no facts of the benchmark {name!r} to check the run against"]
     if metric in reference.WIT_METRICS:
-        return _wit(bench, metric, doc)
+        return _layerwise(bench, metric, doc.get("data") or {}, doc.get("protocol") or {})
+    if metric in reference.COCO_METRICS:
+        return _layerwise(bench, metric, (doc.get("coco") or {}).get("data") or {},
+                          doc.get("protocol") or {})
     if metric == reference.STS_METRIC and entry.get("n") != bench["rows"]:
         return [f"{entry.get('n')} STS-B pairs scored, the test split has {bench['rows']}"]
     if metric == reference.FLICKR_METRIC and entry.get("n_test") != bench["n_test"]:
@@ -100,6 +105,11 @@ def _reference(name: str, got: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def assumed(setup: Mapping[str, Any]) -> str | None:
+    """What the registry assumes of the claim's benchmark (`assumed:` in the setups file)."""
+    return (load_setups()["benchmarks"].get(str(setup.get("dataset"))) or {}).get("assumed")
+
+
 def differences(setup: Mapping[str, Any], metric: str, doc: Mapping[str, Any],
                 entry: Mapping[str, Any]) -> list[str]:
     """Every way the run behind `entry` (a lookup in `doc`) differs from the setting of a claim
@@ -107,7 +117,7 @@ def differences(setup: Mapping[str, Any], metric: str, doc: Mapping[str, Any],
     model = str(setup.get("model"))
     out = _benchmark(setup.get("dataset"), metric, doc, entry)
     out += _model(model, (doc.get("text") or {}).get(model))
-    if metric in reference.WIT_METRICS:
+    if metric in reference.WIT_METRICS or metric in reference.COCO_METRICS:
         ref = str(setup.get("reference"))
         out += _reference(ref, (doc.get("vision") or {}).get(ref))
     for who, layers in (entry.get("degenerate") or {}).items():

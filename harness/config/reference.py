@@ -58,6 +58,34 @@ class FlickrMap:
 
 
 @dataclass(frozen=True)
+class CocoSet:
+    """Table 3's COCO column (prh.coco): the Karpathy JSON, the folder of its images (val2014
+    for the test split), the split and how many of its photos (assumed: the 5,000 test
+    photos), each with caption `caption_idx`."""
+
+    dataset: Path
+    images: Path
+    split: str = "test"
+    n_rows: int = 5000
+    caption_idx: int = 0
+
+
+COCO_KEYS = ("dataset", "images", "split", "n_rows", "caption_idx")
+
+
+def _coco(raw: Any, where: str, path: Path) -> CocoSet:
+    if not isinstance(raw, dict) or not {"dataset", "images"} <= set(raw):
+        raise ParamsError(f"{where}: expected null or {{dataset: data/coco/dataset_coco.json, "
+                          f"images: data/coco/val2014}}, got {raw!r}")
+    _unknown(raw, COCO_KEYS, f"{SECTION}.coco: ", path)
+    split = raw.get("split", "test")
+    if split not in ("train", "val", "test"):
+        raise ParamsError(f"{where}.split: {split!r}, choose one of ['train', 'val', 'test']")
+    return CocoSet(Path(raw["dataset"]), Path(raw["images"]), split,
+                   _int(raw, "n_rows", 5000, 2, where), _int(raw, "caption_idx", 0, 0, where))
+
+
+@dataclass(frozen=True)
 class ReferenceConfig:
     """The section's knobs; defaults are platonic-rep's and the calibrated-similarity paper
     runner's (provenance.yaml, `wit1024`)."""
@@ -67,6 +95,7 @@ class ReferenceConfig:
     vision: tuple[VisionEncoder, ...]
     stsb: Path | None = None
     flickr: FlickrMap | None = None
+    coco: CocoSet | None = None  # Table 3's COCO column, scored like WIT-1024
     arms: Path | None = None  # the train stage's runs/text: each ARM-sSEED scored on STS-B
     #                           and, with flickr.pairfree_seeds, in Table 4's setting
     caption_idx: int = 0
@@ -85,7 +114,7 @@ class ReferenceConfig:
     device: str = "cuda"
 
 
-KEYS = ("data", "text", "vision", "stsb", "flickr", "arms", "caption_idx", "n_rows", "k",
+KEYS = ("data", "text", "vision", "stsb", "flickr", "coco", "arms", "caption_idx", "n_rows", "k",
         "q_outlier", "clip_mode", "protocol", "score_precision", "n_permutations", "alpha",
         "seed", "n_resamples", "ci_level", "batch_size", "device")
 
@@ -203,6 +232,10 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
     flickr = sec.get("flickr")
     if flickr is not None:
         flickr = _flickr(flickr, f"{where}.flickr", path)
+    coco = None if sec.get("coco") is None else _coco(sec["coco"], f"{where}.coco", path)
+    if coco and k >= coco.n_rows - 1:
+        raise ParamsError(f"{where}.k: mutual k-NN needs k < coco.n_rows - 1 = "
+                          f"{coco.n_rows - 1}")
     if sec.get("arms") and not sec.get("stsb") and not (flickr and flickr.pairfree_seeds):
         raise ParamsError(f"{where}.arms: the trained arms are scored on STS-B and on Table "
                           f"4's pair-free setting; set {SECTION}.stsb to the STS-B test file "
@@ -212,7 +245,7 @@ def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:
         raise ParamsError(f"{where}.device: expected a torch device name such as cuda or cpu")
     return ReferenceConfig(
         data=Path(sec["data"]), text=text, vision=vision,
-        stsb=Path(sec["stsb"]) if sec.get("stsb") else None, flickr=flickr,
+        stsb=Path(sec["stsb"]) if sec.get("stsb") else None, flickr=flickr, coco=coco,
         arms=Path(sec["arms"]) if sec.get("arms") else None,
         caption_idx=_int(sec, "caption_idx", 0, 0, where), n_rows=n_rows, k=k,
         q_outlier=_frac(sec, "q_outlier", 0.95, where, closed=True), clip_mode=clip_mode,
@@ -227,6 +260,7 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     """Every data folder, model folder and weights path the section names that is not there."""
     paths = [cfg.data, *(t.path for t in cfg.text), *(v.weights for v in cfg.vision)]
     paths += [cfg.stsb] if cfg.stsb else []
+    paths += [cfg.coco.dataset, cfg.coco.images] if cfg.coco else []
     paths += [cfg.arms] if cfg.arms else []
     made = []  # outputs of the flickr30k profile's image stage, which no download gives
     if cfg.flickr:

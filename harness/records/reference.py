@@ -27,7 +27,10 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                           aligner}},
      "pair_free_arms": {ARM: {profile, runs: {SEED: as a pair_free entry | {skipped: why}}}},
      "classes": {SET: {n, n_classes}},
-     "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}}}
+     "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}},
+     "coco": {"data": {dataset, images, split, n, caption_idx, sha256},
+              "degenerate_layers": {MODEL: [layers]}, "alignment": as WIT's} (with
+              wit1024.coco: Table 3's COCO column; the models are `text`'s and `vision`'s)}
 
 METRIC is `mknn{k}` or `cka`. The interval resamples the WIT items (rows) at the best layer
 pair, the pair held fixed: it says how much the number depends on which 1,024 items were drawn,
@@ -48,6 +51,8 @@ from prh.io import ContractError, read_json, write_json
 WIT_METRICS: dict[str, tuple[str, int | None]] = {
     "wit_mknn10": ("mutual_knn", 10), "wit_mknn10_clip": ("mutual_knn", 10),
     "wit_cka": ("cka", None)}
+# Table 3's COCO column: the same entries under the document's `coco` block
+COCO_METRICS: dict[str, tuple[str, int | None]] = {"coco_mknn10": ("mutual_knn", 10)}
 STS_METRIC = "sts_spearman"
 FLICKR_METRIC = "r_at_1"  # a claim on it with setup.dataset flickr30k: the 30k-pair map's R@1
 PAIRFREE_METRIC = "pairfree_r_at_1"  # Table 4's setting: the pair-free map's R@1 per seed
@@ -101,6 +106,10 @@ def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | No
     if claim_metric == FLICKR_METRIC:
         entry = doc.get("flickr", {}).get(model)
         return entry if entry and "r_at_1" in entry else None
+    if claim_metric in COCO_METRICS and reference:
+        metric, k = COCO_METRICS[claim_metric]
+        return (doc.get("coco") or {}).get("alignment", {}).get(
+            pair_key(model, reference, metric, k))
     if claim_metric not in WIT_METRICS or not reference:
         return None
     metric, k = WIT_METRICS[claim_metric]

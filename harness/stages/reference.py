@@ -25,6 +25,7 @@ from prh.io import ContractError
 
 if TYPE_CHECKING:  # the stage imports torch and scipy only once it runs (`--help` stays fast)
     from harness.config.reference import ReferenceConfig
+    from prh.coco import Coco
     from prh.sts import Sts
     from prh.wit import Wit
 
@@ -88,7 +89,8 @@ def text_sides(cfg: ReferenceConfig, texts: list[str]) -> dict[str, dict[str, An
     return out
 
 
-def vision_layers(cfg: ReferenceConfig, wit: Wit) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def vision_layers(cfg: ReferenceConfig, wit: Wit | Coco
+                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from prh.features import load_vision_model, vision_features
     from prh.layers import clip_outliers, degenerate_layers
 
@@ -310,32 +312,40 @@ def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> 
             "pairs": "every train photo and every val photo with its first caption"}
 
 
-def _text(cfg: ReferenceConfig, wit: Wit, sts: Sts | None, flickr: dict[str, Any] | None,
-          pf: PairFreeInputs | None = None, class_img: dict[str, np.ndarray] | None = None
-          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any],
-                     dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Per text encoder: its WIT features by `wit1024.protocol` and by the other protocol
-    (what the choice moves, shown beside every verdict), what was loaded, and its STS-B,
-    Flickr30k and pair-free scores."""
+def _text(cfg: ReferenceConfig, benches: dict[str, Any], sts: Sts | None,
+          flickr: dict[str, Any] | None, pf: PairFreeInputs | None = None,
+          class_img: dict[str, np.ndarray] | None = None
+          ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]],
+                     dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Per text encoder: its features on each benchmark's texts (`benches`: wit1024, coco ->
+    its data) by `wit1024.protocol` and by the other protocol (what the choice moves, shown
+    beside every verdict), each {benchmark: {model: features}}; what was loaded (WIT's
+    extraction); and its STS-B, Flickr30k and pair-free scores."""
     from prh.features import PROTOCOLS, language_features, load_language_model
     from prh.layers import clip_outliers, degenerate_layers
     from prh.sts import spearman
 
     other = next(p for p in PROTOCOLS if p != cfg.protocol)
-    feats, alt, infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}, {}, {}
+    feats: dict[str, dict[str, np.ndarray]] = {b: {} for b in benches}
+    alt: dict[str, dict[str, np.ndarray]] = {b: {} for b in benches}
+    infos, sts_out, flickr_out, pf_out = {}, {}, {}, {}
     for t in cfg.text:
         start = time.perf_counter()
         lm = load_language_model(t.path, t.precision, cfg.device)
-        x, how = language_features(lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device,
-                                   protocol=cfg.protocol)
-        feats[t.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
-        alt[t.name] = clip_outliers(language_features(
-            lm, wit.texts, batch_size=cfg.batch_size, device=cfg.device, protocol=other)[0],
-            cfg.q_outlier, cfg.clip_mode)
-        infos[t.name] = {**lm.info, **how, "degenerate_layers": degenerate_layers(feats[t.name]),
-                         "seconds": round(time.perf_counter() - start, 2)}
-        print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} texts "
-              f"in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
+        for bench, data in benches.items():
+            x, how = language_features(lm, data.texts, batch_size=cfg.batch_size,
+                                       device=cfg.device, protocol=cfg.protocol)
+            feats[bench][t.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
+            alt[bench][t.name] = clip_outliers(language_features(
+                lm, data.texts, batch_size=cfg.batch_size, device=cfg.device,
+                protocol=other)[0], cfg.q_outlier, cfg.clip_mode)
+            if bench == "wit1024":
+                infos[t.name] = {**lm.info, **how,
+                                 "degenerate_layers": degenerate_layers(feats[bench][t.name])}
+        infos[t.name]["seconds"] = round(time.perf_counter() - start, 2)
+        print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of "
+              + " and ".join(f"{len(d.texts)} {b} texts" for b, d in benches.items())
+              + f" in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
               f"{lm.max_length} tokens)" + _collapsed(infos[t.name]))
         def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
             return language_features(lm, texts, batch_size=cfg.batch_size, device=cfg.device,
@@ -451,6 +461,23 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray], vision: dict[str, 
     return out
 
 
+def _coco_block(cfg: ReferenceConfig, coco: Coco, text: dict[str, np.ndarray],
+                alt: dict[str, np.ndarray], vision: dict[str, np.ndarray],
+                vision_info: dict[str, Any]) -> dict[str, Any]:
+    """Table 3's COCO column: the same alignment entries as WIT's on the COCO pairs, with
+    what was read and every model's collapsed layers there (the models are `text`'s and
+    `vision`'s of the document)."""
+    from prh.layers import degenerate_layers
+
+    collapsed = {**{n: degenerate_layers(x) for n, x in text.items()},
+                 **{n: info["degenerate_layers"] for n, info in vision_info.items()}}
+    return {"data": {"dataset": str(cfg.coco.dataset), "images": str(cfg.coco.images),
+                     "split": cfg.coco.split, "n": len(coco.texts),
+                     "caption_idx": cfg.coco.caption_idx, "sha256": coco.digest()},
+            "degenerate_layers": collapsed,
+            "alignment": _align(cfg, text, vision, collapsed, alt)}
+
+
 def main(argv: list[str]) -> int:
     """Score every text encoder of params.yaml's `wit1024` section against every vision encoder
     on WIT-1024 (and STS-B when `stsb` is set); write the scores to --out."""
@@ -464,6 +491,7 @@ def main(argv: list[str]) -> int:
     if args.out is None and not args.check:
         parser.error("--out is required (or --check)")
     from harness.config.reference import load_reference, missing_paths
+    from prh.coco import CocoError, read_coco
     from prh.features import FeatureError
     from prh.sts import StsError, read_sts
     from prh.wit import WitError, read_wit
@@ -486,10 +514,15 @@ def main(argv: list[str]) -> int:
         flickr = read_flickr(cfg)
         pf = read_pairfree(cfg, args.params)
         runs = arm_runs(cfg)
-        sides = text_sides(cfg, wit.texts)
-    except (ContractError, WitError, StsError, FeatureError, ValueError) as e:
+        benches: dict[str, Any] = {"wit1024": wit}
+        if cfg.coco:
+            benches["coco"] = read_coco(cfg.coco.dataset, cfg.coco.images, split=cfg.coco.split,
+                                        n_rows=cfg.coco.n_rows, caption_idx=cfg.coco.caption_idx)
+        sides = text_sides(cfg, [t for d in benches.values() for t in d.texts])
+    except (ContractError, WitError, CocoError, StsError, FeatureError, ValueError) as e:
         return fail(e)
     print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
+          + (f", {len(benches['coco'].texts)} COCO {cfg.coco.split} pairs" if cfg.coco else "")
           + (f", {len(sts.scores)} STS-B pairs" if sts else "")
           + (f", {sum(len(f[0]) for f in flickr.values())} Flickr30k photos" if flickr else "")
           + (f", pair-free pools of {len(pf.pool_captions)}, seeds "
@@ -500,14 +533,15 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         class_img = _class_images(pf) if pf else {}
-        text, alt, text_info, sts_out, flickr_out, pf_out = _text(cfg, wit, sts, flickr, pf,
-                                                                  class_img)
-        vision, vision_info = vision_layers(cfg, wit)
+        text, alt, text_info, sts_out, flickr_out, pf_out = _text(cfg, benches, sts, flickr,
+                                                                  pf, class_img)
+        vision = {b: vision_layers(cfg, data) for b, data in benches.items()}
         sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
         pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr \
             else {}
     except (FeatureError, ContractError) as e:
         return fail(e)
+    vision_info = vision["wit1024"][1]
     collapsed = {name: info["degenerate_layers"]
                  for name, info in (*text_info.items(), *vision_info.items())}
     doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
@@ -519,11 +553,15 @@ def main(argv: list[str]) -> int:
                         "seed": cfg.seed},
            "text": {n: {**sides[n], **info} for n, info in text_info.items()},
            "vision": vision_info,
-           "alignment": _align(cfg, text, vision, collapsed, alt), "sts": sts_out,
-           "flickr": flickr_out,
+           "alignment": _align(cfg, text["wit1024"], vision["wit1024"][0], collapsed,
+                               alt["wit1024"]),
+           "sts": sts_out, "flickr": flickr_out,
            "pair_free": pf_out, "pair_free_arms": pf_arms,
            "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
                        for n, c in (pf.classes.items() if pf else ())},
            "sts_arms": sts_arms}
+    if cfg.coco:
+        doc["coco"] = _coco_block(cfg, benches["coco"], text["coco"], alt["coco"],
+                                  *vision["coco"])
     write_reference(args.out, doc)
     return 0
