@@ -67,7 +67,7 @@ def synthetic_subset(folder: Path, images: int, seed: int = 0) -> Path:
                                  "sources": {"alt": ["org_caption"], "recap": ["re_caption"]}})
     out = folder / "subset"
     out.mkdir()
-    write_subset(cfg, out)
+    write_subset(cfg, out, 62)  # the flickr30k profile's max_len 64 less [CLS] and [SEP]
     return out
 
 

@@ -314,14 +314,21 @@ def _undecodable(path: Path) -> str:
 
 
 IMAGE_FORMATS = ("JPEG", "PNG")  # Flickr30k's JPEGs, the world's PNGs
+# the marker each format ends with (JPEG's end-of-image, PNG's IEND chunk), looked for in a
+# file's last TAIL_BYTES: a file cut while copying lacks it. Inside JPEG's entropy-coded data a
+# 0xFF byte is stuffed (FF 00), so FF D9 there is the marker; TAIL_BYTES leaves room for the
+# padding some writers append after it
+END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
+TAIL_BYTES = 1024
 MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # PIL's decompression-bomb bound (89,478,485 pixels)
 
 
 def header_problem(path: Path) -> str:
     """'' when the file's header is a JPEG or PNG header of at most MAX_PIXELS pixels, else
-    what is wrong; only the header is read (no decoding), so every photo of a data set can be
-    checked before any stage runs. A file cut inside its pixel data passes here and fails when
-    decoded (`check_image_files`)."""
+    what is wrong; only the header and the file's last TAIL_BYTES are read (no decoding), so
+    every photo of a data set can be checked before any stage runs: a file cut anywhere lacks
+    its format's end marker (END_MARKERS). Damage inside the pixel data of a whole file passes
+    here and fails when decoded (`check_image_files`)."""
     try:
         if path.stat().st_size == 0:
             return "empty (0 bytes)"
@@ -337,6 +344,11 @@ def header_problem(path: Path) -> str:
         return f"a {fmt} file, not one of {list(IMAGE_FORMATS)}"
     if w * h > MAX_PIXELS or min(w, h) < 1:
         return f"{w} x {h} pixels, outside 1 to {MAX_PIXELS:,} (PIL's decompression-bomb bound)"
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - TAIL_BYTES))
+        if END_MARKERS[fmt] not in f.read():
+            return (f"truncated: no {fmt} end marker in its last {TAIL_BYTES} bytes (the file "
+                    "was cut, while copying?)")
     return ""
 
 

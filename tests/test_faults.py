@@ -146,6 +146,27 @@ def test_every_photo_header_is_checked_before_any_stage_and_a_bomb_is_one_line(t
         load_image(paths[0], 8)
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_a_photo_cut_while_copying_is_refused_by_its_header_check(tmp_path, fmt):
+    """The end marker a JPEG or PNG ends with is missing from a file cut short: `--check`'s
+    header pass names it; the whole file passes, and so does one with bytes after the marker."""
+    import numpy as np
+    from PIL import Image
+
+    from prh.data import header_problem
+
+    path = tmp_path / "photo.jpg"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (200, 300, 3), dtype=np.uint8)).save(path, format=fmt)
+    whole = path.read_bytes()
+    assert header_problem(path) == ""
+    path.write_bytes(whole + b"\x00" * 100)  # padding after the end marker
+    assert header_problem(path) == ""
+    path.write_bytes(whole[:len(whole) * 2 // 3])
+    assert header_problem(path) == (f"truncated: no {fmt} end marker in its last 1024 bytes "
+                                    "(the file was cut, while copying?)")
+
+
 def test_a_set_smaller_than_the_profile_assumes_is_refused_right_after_reading(tmp_path):
     """The Flickr30k profile's default pair-free pool (14,500 a side) on a miniature of two
     train photos: refused by check_data, which prepare, image and `harness run` call on the

@@ -67,10 +67,12 @@ def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path
     root = write_corpus(tmp_path / "raw")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["recap"].update(data=str(root), images=5, vocab_size=60, tokenizer_sample=4)
+    params["recap"]["train"]["encoder"] = {"max_len": 6}  # the encoder sees 4 tokens a text
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "subset"
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["cut_at"] == 4
     # the first 5 rows: k0 k1 k2 (shard a) and k3 k4 (shard b); k4 has no alt-text
     assert summary["images"] == 5 and summary["unique_images"] == 5
     assert summary["sources"]["alt"]["texts"] == 4
@@ -95,6 +97,11 @@ def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path
         for name in ("alt", "recap")}  # a 4-text tokenizer cannot spell every word
     assert {n: s["unk_tokens"] for n, s in summary["sources"].items()} == unk
     assert sum(unk.values()) > 0
+    cut = {name: sum(len(tok.encode(t)) > 4 for r in pq.read_table(
+        out / "texts-00000.parquet").to_pylist() + written for t in r[name])
+        for name in ("alt", "recap")}
+    assert {n: s["texts_cut"] for n, s in summary["sources"].items()} == cut
+    assert 0 < sum(cut.values()) < 9  # some texts are longer than the encoder sees, not all
     params["recap"]["images"] = 9  # the whole corpus: k2 is listed twice, k6's recap is blank
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
@@ -201,7 +208,7 @@ def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
     (tmp_path / "out").mkdir()
     # the shard's own row 1 (the subset's row 4: shard a holds rows 0 to 2)
     with pytest.raises(RecapError, match=r"b-0001\.parquet: row 1 has no 'key'"):
-        write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out")
+        write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out", 62)
 
 
 def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tmp_path):

@@ -128,7 +128,7 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
                        # a subset written before these counts existed reads them as unknown
                        "duplicate_key_rows": summary.get("duplicate_key_rows"),
                        "sources": [{"name": n, **s} for n, s in summary["sources"].items()],
-                       "tokenizer": summary["tokenizer"],
+                       "tokenizer": summary["tokenizer"], "cut_at": summary.get("cut_at"),
                        "shards": len(summary["shards_read"])},
             "paraphrase": paraphrase, "arms": arms, "paper_units": PAPER_UNITS,
             "texts_ratio": texts_ratio,

@@ -25,8 +25,22 @@ def load_recap(path: Path) -> Any:
     return RecapConfig.from_dict(read_top_level(path).get("recap"), f"{path}: recap")
 
 
-def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
-    """Write the subset's texts and tokenizer into `out`; return the counts."""
+def encoder_cut(path: Path) -> int:
+    """The tokens of a text the web-text encoder sees: its max_len less [CLS] and [SEP]
+    (prh.views), max_len from recap.train.encoder, else the flickr30k profile's train section
+    (as harness.stages.recap_train.configs merges them), else TrainConfig's default."""
+    from harness.config.params import read_top_level
+    from prh.train_config import TrainConfig
+
+    raw = read_top_level(path)
+    over = ((raw.get("recap") or {}).get("train") or {}).get("encoder") or {}
+    base = (raw.get("flickr30k") or {}).get("train") or {}
+    return int(over.get("max_len", base.get("max_len", TrainConfig.max_len))) - 2
+
+
+def write_subset(cfg: Any, out: Path, cut: int) -> dict[str, Any]:
+    """Write the subset's texts and tokenizer into `out`; return the counts, with the texts
+    longer than `cut` tokens (what the encoder sees of them is their first `cut`)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -66,10 +80,11 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
     tokenizer = train_tokenizer(sample, cfg.vocab_size)
     tokenizer.save(out / "tokenizer")
     keys, key_ids = np.unique(np.concatenate(hashes), return_inverse=True)
-    tokens, unknown = tokenize(written, names, tokenizer, key_ids, out)
+    tokens, unknown, longer = tokenize(written, names, tokenizer, key_ids, out, cut)
     for name in names:
         counts[name]["tokens"] = int(tokens[name])
         counts[name]["unk_tokens"] = int(unknown[name])
+        counts[name]["texts_cut"] = int(longer[name])
     unique = int(keys.size)
     return {"images": cfg.images, "unique_images": unique,
             "duplicate_key_rows": cfg.images - unique,
@@ -80,15 +95,17 @@ def write_subset(cfg: Any, out: Path) -> dict[str, Any]:
                                / max(counts[name]["texts"], 1)}
                         for name, cols in cfg.sources},
             "tokenizer": {"vocab_size": tokenizer.vocab_size, "sample_texts": len(sample)},
+            "cut_at": cut,
             "written": [p.name for p in written]}
 
 
 def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any,
-             out: Path) -> tuple[dict[str, int], dict[str, int]]:
+             out: Path, cut: int) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     """The written texts tokenised, one list of token-id lists per source, with each row's
     image (prh.stream.KEY_ID; None: no such column), saved as a `datasets` table in out/tokens
     (prh.stream reads it memory-mapped); returns the tokens per source and, of them, the
-    [UNK]s (a word the tokenizer cannot spell, a 10,000-character one say, is one [UNK])."""
+    [UNK]s (a word the tokenizer cannot spell, a 10,000-character one say, is one [UNK]), and
+    the texts longer than `cut` tokens."""
     import shutil
 
     import datasets
@@ -119,9 +136,11 @@ def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any
               or 0 for name in names}
     unknown = {name: pc.sum(pc.equal(pc.list_flatten(pc.list_flatten(arrow.column(name))),
                                      tokenizer.unk_id)).as_py() or 0 for name in names}
+    longer = {name: pc.sum(pc.greater(pc.list_value_length(pc.list_flatten(arrow.column(name))),
+                                      cut)).as_py() or 0 for name in names}
     del table, arrow
     shutil.rmtree(cache)
-    return totals, unknown
+    return totals, unknown, longer
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +152,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg = load_recap(args.params)
         with atomic_dir(args.out) as tmp:
-            summary = write_subset(cfg, tmp)
+            summary = write_subset(cfg, tmp, encoder_cut(args.params))
             write_json(tmp / "summary.json", {"schema": str(RECAP_SUBSET), **summary})
     except ContractError as e:
         return fail(e)
@@ -148,4 +167,8 @@ def main(argv: list[str]) -> int:
         if s["unk_tokens"]:
             print(f"recap: warning: {s['unk_tokens']:,} of {name}'s {s['tokens']:,} tokens are "
                   "[UNK] (words the tokenizer cannot spell)", file=sys.stderr)
+        if s["texts_cut"]:
+            print(f"recap: warning: {s['texts_cut']:,} of {name}'s {s['texts']:,} texts are "
+                  f"longer than the {summary['cut_at']} tokens the encoder sees (max_len - 2): "
+                  "it reads their beginning only", file=sys.stderr)
     return 0

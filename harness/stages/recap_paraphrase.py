@@ -30,8 +30,9 @@ def load_paraphrase(path: Path) -> Any:
     return cfg
 
 
-def write_paraphrase(cfg: Any, subset: Path, out: Path) -> dict[str, Any]:
-    """Rewrite the subset's texts of `cfg.source` into `out`; return the summary's counts."""
+def write_paraphrase(cfg: Any, subset: Path, out: Path, cut: int) -> dict[str, Any]:
+    """Rewrite the subset's texts of `cfg.source` into `out`; return the summary's counts (with
+    the paraphrases longer than the `cut` tokens the encoder sees)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -50,11 +51,12 @@ def write_paraphrase(cfg: Any, subset: Path, out: Path) -> dict[str, Any]:
     pq.write_table(pa.table({"row": [r["row"] for r in rows],
                              PARAPHRASE: pa.array(grouped, pa.list_(pa.string()))}),
                    out / "texts.parquet")
-    tokens, unknown = tokenize([out / "texts.parquet"], [PARAPHRASE],
-                               Tokenizer.load(subset / "tokenizer"), None, out)
+    tokens, unknown, longer = tokenize([out / "texts.parquet"], [PARAPHRASE],
+                                       Tokenizer.load(subset / "tokenizer"), None, out, cut)
     return {"generator": {**cfg.record(), "identity": identity(cfg.model)},
             "texts": sum(map(len, grouped)), "empty": len(flat) - sum(map(len, grouped)),
             "tokens": tokens[PARAPHRASE], "unk_tokens": unknown[PARAPHRASE],
+            "texts_cut": longer[PARAPHRASE], "cut_at": cut,
             "examples": [{"text": r[cfg.source][0], "paraphrase": g[0]}
                          for r, g in zip(rows, grouped, strict=True) if g][:5]}
 
@@ -67,11 +69,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the paraphrase source's folder")
     args = parser.parse_args(argv)
     from harness.records.schemas import RECAP_PARAPHRASE
+    from harness.stages.recap import encoder_cut
 
     try:
         cfg = load_paraphrase(args.params)
         with atomic_dir(args.out) as tmp:
-            summary = write_paraphrase(cfg, args.subset, tmp) if cfg.model else None
+            summary = write_paraphrase(cfg, args.subset, tmp, encoder_cut(args.params)) \
+                if cfg.model else None
             write_json(tmp / "summary.json", {"schema": str(RECAP_PARAPHRASE),
                                               "paraphrase": summary})
     except ContractError as e:
