@@ -109,6 +109,19 @@ def unit_or_zero(x: np.ndarray) -> np.ndarray:
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
 
+def reduce_texts(emb: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """One row per item from its texts' rows (`counts` texts per item, in order): each text's
+    row to unit length, their mean, that to unit length (unpaired-rosetta `embeddings.
+    reduce_texts`, which its `load_rows` applies to every stored file, one text an item
+    included; it runs in the stored bfloat16, this in the rows' own precision)."""
+    if any(c < 1 for c in counts) or sum(counts) != len(emb):
+        raise ValueError(f"{len(emb)} text rows for items of {list(counts)[:5]}... texts")
+    u = unit_or_zero(np.asarray(emb, dtype=np.float64))
+    ends = np.cumsum(counts)
+    return unit_or_zero(np.stack([u[e - c:e].mean(axis=0) for e, c in zip(ends, counts,
+                                                                           strict=True)]))
+
+
 def fit_and_recall(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarray,
                    test_txt: np.ndarray) -> tuple[float, float]:
     """(R@1 on test rows, R@1 on fit rows) of the map fitted on fit rows: per-epoch curves."""

@@ -44,13 +44,19 @@ def in100_prompt(name: str, definition: str) -> str:
 
 
 def class_embeddings(encode: Callable[[list[str]], np.ndarray],
-                     prompts: Sequence[Sequence[str]]) -> np.ndarray:
+                     prompts: Sequence[Sequence[str]], reduce: bool = False) -> np.ndarray:
     """[C, d]: per class, the mean of its prompts' embeddings (one prompt: its embedding), on
     the scale of the pool captions: the pools enter the map unnormalised (prh.pairfree step 1
-    centres, then normalises), so the class vectors do too. `encode` maps texts to [n, d]."""
+    centres, then normalises), so the class vectors do too. `reduce`: as the benchmark
+    prepares its stored rows, each prompt to unit length, the mean, to unit length
+    (prh.align.reduce_texts). `encode` maps texts to [n, d]."""
     if any(len(ps) == 0 for ps in prompts):
         raise ValueError("every class needs at least one prompt")
     emb = metrics.check_matrix(encode([p for ps in prompts for p in ps]), "prompt embeddings")
+    if reduce:
+        from prh.align import reduce_texts
+
+        return reduce_texts(emb, [len(ps) for ps in prompts])
     ends = np.cumsum([len(ps) for ps in prompts])
     return np.stack([emb[e - len(ps):e].mean(axis=0) for e, ps in zip(ends, prompts,
                                                                       strict=True)])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.linalg import orthogonal_procrustes
 
 from prh import align, io
@@ -180,3 +182,25 @@ def test_scoring_sizes_beyond_the_splits_are_refused(k, sizes, message):
     with pytest.raises(io.ContractError, match=message):
         align.check_scoring_sizes(k, sizes, 80, 40, "fit.npz", "test.npz")
     align.check_scoring_sizes(39, [2, 80], 80, 40, "fit.npz", "test.npz")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.integers(0, 2**31 - 1))
+def test_reduce_texts_is_the_benchmarks_normalise_mean_normalise(counts, seed):
+    """unpaired-rosetta `reduce_texts` by hand: each text to unit length, the item's mean, to
+    unit length; a one-text item is its text's direction, and the order of an item's texts
+    does not matter (float64: 1e-12 covers the summation order)."""
+    from prh.align import reduce_texts
+
+    rng = np.random.default_rng(seed)
+    emb = rng.standard_normal((sum(counts), 7)) * rng.uniform(0.1, 10, (sum(counts), 1))
+    got = reduce_texts(emb, counts)
+    ends = np.cumsum(counts)
+    for row, (e, c) in enumerate(zip(ends, counts, strict=True)):
+        texts = emb[e - c:e] / np.linalg.norm(emb[e - c:e], axis=1, keepdims=True)
+        mean = texts.mean(axis=0)
+        np.testing.assert_allclose(got[row], mean / np.linalg.norm(mean), atol=1e-12)
+        np.testing.assert_allclose(got[row], reduce_texts(emb[e - c:e][::-1], [c])[0],
+                                   atol=1e-12)
+    with pytest.raises(ValueError, match="text rows for items"):
+        reduce_texts(emb, [*counts, 1])

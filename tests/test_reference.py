@@ -888,38 +888,66 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     assert set(got["seeds"]) == {"0", "1"} and got["n_pool"] == 48 and got["n_test"] == 8
     assert set(doc["pair_free"]) == {"Qwen/Qwen2.5-0.5B", "minilm"}
 
+    assert got["inputs"] == "benchmark"
     lm = features.load_language_model(parts["qwen"])
     def encode(texts):
         return features.language_features(lm, texts, last_only=True)[0][:, 0]
+
+    def unit(x):
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+    def items(enc, photos):  # unpaired-rosetta reduce_texts: normalise, mean, normalise
+        return np.stack([unit(unit(enc(list(p.captions))).mean(axis=0)) for p in photos])
     txt_half = pairfree_halves(w["corpus"].split("train"))[1]
-    pool_txt = encode([p.captions[0] for p in txt_half[:48]])
-    test_txt = encode([p.captions[0] for p in w["corpus"].split("test")])
+    pool_txt = items(encode, txt_half[:48])
+    test_txt = items(encode, w["corpus"].split("test"))
     cs = read_in100(w["in100"])
-    class_img = embed_images(w["model"], cs.images, image_size=SIZE, mean=w["cfg"].mean,
-                             std=w["cfg"].std, batch_size=32)
-    prompts = class_embeddings(encode, [[in100_prompt(n, d)]
-                                        for n, d in zip(cs.names, cs.definitions, strict=True)])
+    class_img = unit(embed_images(w["model"], cs.images, image_size=SIZE, mean=w["cfg"].mean,
+                                  std=w["cfg"].std, batch_size=32))
+    prompts = unit(encode([in100_prompt(n, d) for n, d in zip(cs.names, cs.definitions,
+                                                              strict=True)]))
     aligner = PairFreeConfig(clusters=4, restarts=2, batch=48, rounds=3)
+    pool_img, test_img = unit(w["emb"]["train"][:48]), unit(w["emb"]["test"])
     for seed in (0, 1):
-        scores, pmap = fit_and_score(w["emb"]["train"][:48], pool_txt, w["emb"]["test"],
-                                     test_txt, seed=seed, cfg=aligner)
+        scores, pmap = fit_and_score(pool_img, pool_txt, test_img, test_txt, seed=seed,
+                                     cfg=aligner)
         row = got["seeds"][str(seed)]
         assert (row["r_at_1"], row["foscttm"]) == (scores["r_at_1"], scores["foscttm"])
         assert row["zeroshot"]["in100"] == zeroshot_scores(pmap, class_img, prompts, cs.labels,
                                                            k=5)
-    arm_pool = encode_arm([p.captions[0] for p in txt_half[:48]])
-    arm_test = encode_arm([p.captions[0] for p in w["corpus"].split("test")])
-    scores, pmap = fit_and_score(w["emb"]["train"][:48], arm_pool, w["emb"]["test"], arm_test,
-                                 seed=1, cfg=aligner)
+    arm_pool = items(encode_arm, txt_half[:48])
+    arm_test = items(encode_arm, w["corpus"].split("test"))
+    scores, pmap = fit_and_score(pool_img, arm_pool, test_img, arm_test, seed=1, cfg=aligner)
     assert (good["seeds"]["1"]["r_at_1"], good["seeds"]["1"]["foscttm"]) == \
         (scores["r_at_1"], scores["foscttm"])
-    arm_prompts = class_embeddings(encode_arm, [[in100_prompt(n, d)] for n, d in
-                                                zip(cs.names, cs.definitions, strict=True)])
+    arm_prompts = unit(encode_arm([in100_prompt(n, d) for n, d in zip(cs.names, cs.definitions,
+                                                                      strict=True)]))
     assert good["seeds"]["1"]["zeroshot"]["in100"] == zeroshot_scores(
         pmap, class_img, arm_prompts, cs.labels, k=5)
     zs = [got["seeds"][s]["zeroshot"]["in100"]["top_k"] for s in ("0", "1")]
     assert got["spread"]["in100_top5"]["median"] == float(np.median(zs))
     assert got["spread"]["foscttm"]["n"] == 2
+
+    # today's choice, an option: each photo's first caption, the rows as embedded
+    doc = yaml.safe_load(open(w["params"]))
+    doc["wit1024"]["flickr"]["inputs"] = "first-caption"
+    doc["wit1024"]["arms"] = None
+    open(w["params"], "w").write(yaml.safe_dump(doc))
+    assert stage.main(["--params", w["params"], "--out", str(out)]) == 0
+    first = read_reference(out)["pair_free"]["Qwen/Qwen2.5-0.5B"]
+    assert first["inputs"] == "first-caption"
+    scores, pmap = fit_and_score(w["emb"]["train"][:48],
+                                 encode([p.captions[0] for p in txt_half[:48]]),
+                                 w["emb"]["test"],
+                                 encode([p.captions[0] for p in w["corpus"].split("test")]),
+                                 seed=0, cfg=aligner)
+    assert (first["seeds"]["0"]["r_at_1"], first["seeds"]["0"]["foscttm"]) == \
+        (scores["r_at_1"], scores["foscttm"])
+    assert first["seeds"]["0"]["zeroshot"]["in100"] == zeroshot_scores(
+        pmap, embed_images(w["model"], cs.images, image_size=SIZE, mean=w["cfg"].mean,
+                           std=w["cfg"].std, batch_size=32),
+        class_embeddings(encode, [[in100_prompt(n, d)] for n, d in zip(
+            cs.names, cs.definitions, strict=True)]), cs.labels, k=5)
 
 
 def test_table_4s_setting_refuses_class_images_made_otherwise(parts, tmp_path, capsys):

@@ -16,7 +16,11 @@ from prh.layers import CLIP_MODES, SCORE_PRECISIONS
 
 SECTION = "wit1024"
 FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
-FLICKR_KEYS = ("dataset", "image", "pairfree_seeds", "classes")
+FLICKR_KEYS = ("dataset", "image", "pairfree_seeds", "classes", "inputs")
+# Table 4's inputs: "benchmark" prepares them as unpaired-rosetta's load_rows does (every row to
+# unit length, an item's captions each to unit length, averaged, to unit length again);
+# "first-caption" feeds each photo's first caption and the rows as embedded
+PAIRFREE_INPUTS = ("benchmark", "first-caption")
 CLASS_SETS = ("in100", "cifar10", "cifar100")  # prh.classsets readers, prh.zeroshot.TOP_K
 PAIRFREE_PROFILE = "flickr30k"  # whose pools, aligner and image encoder Table 4's setting uses
 
@@ -55,6 +59,7 @@ class FlickrMap:
     image: Path
     pairfree_seeds: tuple[int, ...] = ()
     classes: tuple[tuple[str, Path], ...] = ()  # (class set, folder), in CLASS_SETS order
+    inputs: str = "benchmark"  # PAIRFREE_INPUTS
 
 
 @dataclass(frozen=True)
@@ -185,8 +190,11 @@ def _flickr(raw: Any, where: str, path: Path) -> FlickrMap:
     if classes and not seeds:
         raise ParamsError(f"{where}.classes: zero-shot scores a pair-free map; set "
                           f"{SECTION}.flickr.pairfree_seeds too")
+    inputs = raw.get("inputs", "benchmark")
+    if inputs not in PAIRFREE_INPUTS:
+        raise ParamsError(f"{where}.inputs: {inputs!r}, choose one of {list(PAIRFREE_INPUTS)}")
     return FlickrMap(Path(raw["dataset"]), Path(raw["image"]), tuple(seeds),
-                     tuple((c, Path(classes[c])) for c in CLASS_SETS if c in classes))
+                     tuple((c, Path(classes[c])) for c in CLASS_SETS if c in classes), inputs)
 
 
 def load_reference(path: str | Path = "params.yaml") -> ReferenceConfig:

@@ -45,9 +45,10 @@ PROTOCOL = {
     "flickr": "the mean-pooled last hidden state of each photo's first caption; Procrustes "
               "fitted on every train and val pair, image -> text R@1 on the test pairs",
     "pair_free": "the flickr30k profile's pair-free pools (images of the first half of the "
-                 "train photos, first captions of the last half) and aligner (prh.pairfree), "
-                 "one map per seed, scored image -> text on the test pairs (R@1 ties against, "
-                 "FOSCTTM midranks) and zero-shot on the class sets (prh.zeroshot)"}
+                 "train photos, the captions of the last half) and aligner (prh.pairfree), "
+                 "the rows by wit1024.flickr.inputs (pair_free's `inputs`), one map per seed, "
+                 "scored image -> text on the test pairs (R@1 ties against, FOSCTTM "
+                 "midranks) and zero-shot on the class sets (prh.zeroshot)"}
 
 
 def wit_digest(wit: Wit) -> str:
@@ -139,7 +140,8 @@ class PairFreeInputs:
     """Table 4's setting, read and checked before any model loads (`read_pairfree`)."""
 
     pool_img: np.ndarray  # the image stage's pool_images.npz, first `pool` rows
-    pool_captions: list[str]  # first captions of the text pool's photos, in pool order
+    pool_captions: list[list[str]]  # every caption of the text pool's photos, in pool order
+    test_captions: list[list[str]]  # every caption of the test photos, in test order
     aligner: Any  # prh.pairfree.PairFreeConfig of the flickr30k profile
     classes: dict[str, Any]  # class set -> prh.classsets.ClassSet
     image: Any  # prh.image.ImageConfig of the flickr30k profile
@@ -155,7 +157,6 @@ def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | N
         return None
     from harness.config.params import EvalConfig, _build
     from harness.config.reference import PAIRFREE_PROFILE
-    from harness.stages.train import eval_captions
     from prh import classsets
     from prh.data import load_karpathy, pairfree_halves
     from prh.image import ImageConfig
@@ -191,8 +192,10 @@ def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | N
     readers = {"in100": classsets.read_in100,
                "cifar10": lambda r: classsets.read_cifar(r, "cifar10"),
                "cifar100": lambda r: classsets.read_cifar(r, "cifar100")}
-    return PairFreeInputs(emb[:ev.pairfree_pool], eval_captions(txt_half[:ev.pairfree_pool]),
-                          ev.pairfree, {name: readers[name](root)
+    return PairFreeInputs(emb[:ev.pairfree_pool],
+                          [list(p.captions) for p in txt_half[:ev.pairfree_pool]],
+                          [list(p.captions) for p in load_karpathy(cfg.flickr.dataset)
+                           .split("test")], ev.pairfree, {name: readers[name](root)
                                         for name, root in cfg.flickr.classes},
                           image, weights)
 
@@ -228,28 +231,53 @@ def _prompts(cs: Any) -> list[list[str]]:
     return [[t.format(n) for t in CIFAR_TEMPLATES] for n in cs.names]
 
 
+def pairfree_rows(inputs: str, encode: Any, pf: PairFreeInputs, test_img: np.ndarray,
+                  class_img: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The rows Table 4's aligner and scores read, by `wit1024.flickr.inputs`: "benchmark", as
+    unpaired-rosetta's load_rows prepares its stored embeddings (every image row to unit
+    length; a photo's captions each to unit length, averaged, to unit length again, the class
+    prompts likewise: prh.align.reduce_texts); "first-caption", each photo's first caption and
+    the rows as embedded."""
+    from prh.align import reduce_texts, unit_or_zero
+    from prh.zeroshot import class_embeddings
+
+    bench = inputs == "benchmark"
+
+    def texts(items: list[list[str]]) -> np.ndarray:
+        if not bench:
+            return encode([c[0] for c in items])
+        return reduce_texts(encode([c for cs in items for c in cs]), [len(cs) for cs in items])
+
+    def image(x: np.ndarray) -> np.ndarray:
+        return unit_or_zero(x) if bench else x
+
+    return {"pool_img": image(pf.pool_img), "pool_txt": texts(pf.pool_captions),
+            "test_img": image(test_img), "test_txt": texts(pf.test_captions),
+            "class_img": {cs: image(x) for cs, x in class_img.items()},
+            "prompts": {cs: class_embeddings(encode, _prompts(c), reduce=bench)
+                        for cs, c in pf.classes.items()}}
+
+
 def _pairfree(cfg: ReferenceConfig, name: str, encode: Any, flickr: dict[str, Any],
               pf: PairFreeInputs, class_img: dict[str, np.ndarray]) -> dict[str, Any]:
     """Table 4's setting for one text encoder: per seed, the pair-free map's scores on the test
     pairs and its zero-shot top-k on each class set; the spread and median over seeds. Any
     width on either side: the map is a Stiefel matrix [image width, text width], as the
-    benchmark's (`prh.pairfree`). A score the inputs cannot give is a ContractError naming the
-    encoder and the seed."""
+    benchmark's (`prh.pairfree`). The rows by `pairfree_rows`. A score the inputs cannot give
+    is a ContractError naming the encoder and the seed."""
     from harness.stats.estimators import seed_spread
     from prh.pairfree import fit_and_score
-    from prh.zeroshot import TOP_K, class_embeddings, zeroshot_scores
+    from prh.zeroshot import TOP_K, zeroshot_scores
 
-    te_txt, te_img = flickr["test"]
-    pool_txt, test_txt = encode(pf.pool_captions), encode(te_txt)
-    prompts = {cs: class_embeddings(encode, _prompts(c)) for cs, c in pf.classes.items()}
+    rows = pairfree_rows(cfg.flickr.inputs, encode, pf, flickr["test"][1], class_img)
     seeds = {}
     for seed in cfg.flickr.pairfree_seeds:
         try:
-            got, pmap = fit_and_score(pf.pool_img, pool_txt, te_img, test_txt, seed=seed,
-                                      cfg=pf.aligner)
+            got, pmap = fit_and_score(rows["pool_img"], rows["pool_txt"], rows["test_img"],
+                                      rows["test_txt"], seed=seed, cfg=pf.aligner)
             got["zeroshot"] = {} if pmap is None else {
-                cs: zeroshot_scores(pmap, class_img[cs], prompts[cs], c.labels, TOP_K[cs])
-                for cs, c in pf.classes.items()}
+                cs: zeroshot_scores(pmap, rows["class_img"][cs], rows["prompts"][cs], c.labels,
+                                    TOP_K[cs]) for cs, c in pf.classes.items()}
         except ValueError as e:
             raise ContractError(f"{name}: pair-free seed {seed}: {e}") from e
         seeds[str(seed)] = got
@@ -258,7 +286,8 @@ def _pairfree(cfg: ReferenceConfig, name: str, encode: Any, flickr: dict[str, An
         {s: r["zeroshot"].get(cs, {}).get("top_k", 0.0) for s, r in seeds.items()})
         for cs in pf.classes})
     return {"seeds": seeds, "spread": spread, "n_pool": len(pf.pool_captions),
-            "n_test": len(te_txt), "aligner": asdict(pf.aligner)}
+            "n_test": len(pf.test_captions), "aligner": asdict(pf.aligner),
+            "inputs": cfg.flickr.inputs}
 
 
 def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInputs,
