@@ -38,9 +38,11 @@ the pools' cluster geometry, which carries more.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
+from typing import Any
 
 import numpy as np
 
@@ -235,3 +237,47 @@ def fit_and_score(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarr
                         align.unit_or_zero(pmap.text(test_txt)))
     return {"status": "ok", "r_at_1": float(hits.mean()), "foscttm": float(f.mean()),
             "rounds": pmap.rounds, "n_matches": pmap.n_matches, **out}, pmap
+
+
+# pools from this size on fit their seeds side by side (`fit_and_score_seeds`): a fit there
+# takes minutes (R rounds of Hungarian matchings), a spawned process some seconds to start
+SIDE_BY_SIDE_ROWS = 2000
+
+
+def _fit_and_score_seed(args: tuple[Any, ...]) -> tuple[dict[str, float | int | str],
+                                                        PairFreeMap | None]:
+    *arrays, seed, cfg = args
+    return fit_and_score(*arrays, seed=seed, cfg=cfg)
+
+
+def fit_and_score_seeds(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarray,
+                        test_txt: np.ndarray, *, seeds: Sequence[int],
+                        cfg: PairFreeConfig = PairFreeConfig(), parallel: int | None = None
+                        ) -> dict[int, tuple[dict[str, float | int | str], PairFreeMap | None]]:
+    """`fit_and_score` once per seed. `parallel` seeds run side by side in spawned processes
+    (each with `cfg.workers` for its restarts); None: as many as the cores hold
+    (os.cpu_count() // cfg.workers) for pools of SIDE_BY_SIDE_ROWS or more, else one at a
+    time. Every seed's fit is seeded alone, so `parallel` changes only the wall time. A
+    ValueError names the seed."""
+    import os
+
+    if parallel is None:
+        big = min(len(pool_img), len(pool_txt)) >= SIDE_BY_SIDE_ROWS
+        parallel = max(1, (os.cpu_count() or 1) // cfg.workers) if big else 1
+    jobs = [(pool_img, pool_txt, test_img, test_txt, seed, cfg) for seed in seeds]
+    out = {}
+    if min(parallel, len(jobs)) <= 1:
+        for job in jobs:
+            try:
+                out[job[4]] = _fit_and_score_seed(job)
+            except ValueError as e:
+                raise ValueError(f"seed {job[4]}: {e}") from e
+        return out
+    with ProcessPoolExecutor(min(parallel, len(jobs)), mp_context=get_context("spawn")) as pool:
+        futures = {job[4]: pool.submit(_fit_and_score_seed, job) for job in jobs}
+        for seed, future in futures.items():
+            try:
+                out[seed] = future.result()
+            except ValueError as e:
+                raise ValueError(f"seed {seed}: {e}") from e
+    return out

@@ -266,21 +266,22 @@ def _pairfree(cfg: ReferenceConfig, name: str, encode: Any, flickr: dict[str, An
     benchmark's (`prh.pairfree`). The rows by `pairfree_rows`. A score the inputs cannot give
     is a ContractError naming the encoder and the seed."""
     from harness.stats.estimators import seed_spread
-    from prh.pairfree import fit_and_score
+    from prh.pairfree import fit_and_score_seeds
     from prh.zeroshot import TOP_K, zeroshot_scores
 
     rows = pairfree_rows(cfg.flickr.inputs, encode, pf, flickr["test"][1], class_img)
     seeds = {}
-    for seed in cfg.flickr.pairfree_seeds:
-        try:
-            got, pmap = fit_and_score(rows["pool_img"], rows["pool_txt"], rows["test_img"],
-                                      rows["test_txt"], seed=seed, cfg=pf.aligner)
+    try:  # the seeds side by side on a large pool (prh.pairfree.fit_and_score_seeds)
+        fits = fit_and_score_seeds(rows["pool_img"], rows["pool_txt"], rows["test_img"],
+                                   rows["test_txt"], seeds=cfg.flickr.pairfree_seeds,
+                                   cfg=pf.aligner)
+        for seed, (got, pmap) in fits.items():
             got["zeroshot"] = {} if pmap is None else {
-                cs: zeroshot_scores(pmap, rows["class_img"][cs], rows["prompts"][cs], c.labels,
-                                    TOP_K[cs]) for cs, c in pf.classes.items()}
-        except ValueError as e:
-            raise ContractError(f"{name}: pair-free seed {seed}: {e}") from e
-        seeds[str(seed)] = got
+                cs: zeroshot_scores(pmap, rows["class_img"][cs], rows["prompts"][cs],
+                                    c.labels, TOP_K[cs]) for cs, c in pf.classes.items()}
+            seeds[str(seed)] = got
+    except ValueError as e:
+        raise ContractError(f"{name}: pair-free {e}") from e
     spread = {m: seed_spread({s: r[m] for s, r in seeds.items()}) for m in ("r_at_1", "foscttm")}
     spread.update({f"{cs}_top{TOP_K[cs]}": seed_spread(
         {s: r["zeroshot"].get(cs, {}).get("top_k", 0.0) for s, r in seeds.items()})
