@@ -54,12 +54,10 @@ class LazyImages(Sequence[Any]):
 
 @dataclass(frozen=True)
 class Coco:
-    """The scored pairs in file order: one caption per image, the image files, and where each
-    came from (for errors and the report)."""
+    """The scored pairs in file order: one caption per image and the image files."""
 
     texts: list[str]
     paths: list[Path]
-    sources: list[str]
 
     def decoded(self) -> LazyImages:
         return LazyImages(self.paths)
@@ -97,5 +95,4 @@ def read_coco(dataset: str | Path, images: str | Path, *, split: str = "test",
         check_image_headers(photos, paths, str(images))
     except DataError as e:
         raise CocoError(str(e)) from e
-    return Coco([p.captions[caption_idx] for p in photos], paths,
-                [f"{p.filename} (imgid {p.id})" for p in photos])
+    return Coco([p.captions[caption_idx] for p in photos], paths)

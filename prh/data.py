@@ -314,21 +314,24 @@ def _undecodable(path: Path) -> str:
 
 
 IMAGE_FORMATS = ("JPEG", "PNG")  # Flickr30k's JPEGs, the world's PNGs
-# the marker each format ends with (JPEG's end-of-image, PNG's IEND chunk), looked for in a
-# file's last TAIL_BYTES: a file cut while copying lacks it. Inside JPEG's entropy-coded data a
-# 0xFF byte is stuffed (FF 00), so FF D9 there is the marker; TAIL_BYTES leaves room for the
-# padding some writers append after it
-END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
+# A file cut while copying lacks its format's end: JPEG's end-of-image marker (FF D9) after the
+# scan data, PNG's IEND chunk. JPEG: the marker segments are walked by their lengths to the
+# first start-of-scan (so an EXIF thumbnail's FF D9 does not count); after it a 0xFF byte of
+# entropy-coded data is stuffed (FF 00), so FF D9 there is the marker. It is looked for in the
+# file's last TAIL_BYTES first, then in the whole scan (bytes appended after it, a motion
+# photo's video say, are allowed). PNG: the chunks are walked by their lengths to IEND.
 TAIL_BYTES = 1024
+JPEG_EOI, JPEG_SOS = b"\xff\xd9", 0xDA
+JPEG_STANDALONE = {0x01, *range(0xD0, 0xD8)}  # TEM and RSTn carry no length
 MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # PIL's decompression-bomb bound (89,478,485 pixels)
 
 
 def header_problem(path: Path) -> str:
     """'' when the file's header is a JPEG or PNG header of at most MAX_PIXELS pixels, else
-    what is wrong; only the header and the file's last TAIL_BYTES are read (no decoding), so
-    every photo of a data set can be checked before any stage runs: a file cut anywhere lacks
-    its format's end marker (END_MARKERS). Damage inside the pixel data of a whole file passes
-    here and fails when decoded (`check_image_files`)."""
+    what is wrong; only the header and the segment or chunk structure are read (no decoding),
+    so every photo of a data set can be checked before any stage runs: a file cut anywhere
+    lacks its format's end (the comment above TAIL_BYTES). Damage inside the pixel data of a
+    whole file passes here and fails when decoded (`check_image_files`)."""
     try:
         if path.stat().st_size == 0:
             return "empty (0 bytes)"
@@ -345,11 +348,59 @@ def header_problem(path: Path) -> str:
     if w * h > MAX_PIXELS or min(w, h) < 1:
         return f"{w} x {h} pixels, outside 1 to {MAX_PIXELS:,} (PIL's decompression-bomb bound)"
     with open(path, "rb") as f:
-        f.seek(max(0, path.stat().st_size - TAIL_BYTES))
-        if END_MARKERS[fmt] not in f.read():
-            return (f"truncated: no {fmt} end marker in its last {TAIL_BYTES} bytes (the file "
-                    "was cut, while copying?)")
-    return ""
+        ended = _png_ends(f) if fmt == "PNG" else _jpeg_ends(f, path.stat().st_size)
+    return "" if ended else (f"truncated: the {fmt} data stops before its end marker (the "
+                             "file was cut, while copying?)")
+
+
+def _jpeg_scan_start(f: Any) -> int:
+    """The offset of the first start-of-scan segment, walking the segments from SOI by their
+    lengths; 2 (just after SOI) where the walk does not reach one."""
+    pos = 2
+    while True:
+        f.seek(pos)
+        head = f.read(4)
+        if len(head) < 2 or head[0] != 0xFF:
+            return 2
+        if head[1] == 0xFF:  # a fill byte
+            pos += 1
+        elif head[1] == JPEG_SOS:
+            return pos
+        elif head[1] in JPEG_STANDALONE:
+            pos += 2
+        elif len(head) < 4:
+            return 2
+        else:
+            pos += 2 + int.from_bytes(head[2:4], "big")
+
+
+def _jpeg_ends(f: Any, size: int) -> bool:
+    """Whether end-of-image follows the first start-of-scan (the comment above TAIL_BYTES)."""
+    scan = _jpeg_scan_start(f)
+    f.seek(max(scan, size - TAIL_BYTES))
+    if JPEG_EOI in f.read():
+        return True
+    f.seek(scan)
+    last = b""
+    while chunk := f.read(1 << 20):
+        if JPEG_EOI in last + chunk:
+            return True
+        last = chunk[-1:]
+    return False
+
+
+def _png_ends(f: Any) -> bool:
+    """Whether the chunks, walked by their lengths from the signature, reach IEND whole."""
+    pos = 8
+    while True:
+        f.seek(pos)
+        head = f.read(8)
+        if len(head) < 8:
+            return False
+        length = int.from_bytes(head[:4], "big")
+        if head[4:] == b"IEND":
+            return len(f.read(length + 4)) == length + 4
+        pos += 12 + length
 
 
 def check_image_headers(photos: Sequence[Photo], paths: Sequence[Path], source: str) -> None:

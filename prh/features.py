@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from prh.io import file_sha256
+
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 PROTOCOLS = ("platonic-rep", "padding-invariant")  # module docstring; the first is the paper's
 # assumed: the most unknown tokens a scored text set may hold. The listed WordPiece encoders
@@ -164,18 +166,6 @@ def identity(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def file_sha256(path: str | Path) -> str:
-    """The whole file's sha256 (a vision checkpoint: 0.3-2.5 GB, a few seconds), to hold
-    against the public file's digest where the registry knows it."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _precision_kwargs(precision: str) -> dict[str, Any]:
     if precision not in PRECISIONS:
         raise FeatureError(f"precision {precision!r}: choose one of {list(PRECISIONS)}")
@@ -246,7 +236,7 @@ def language_features(lm: LanguageModel, texts: Sequence[str], *, batch_size: in
             feats = _platonic_rep(lm, texts, batch_size, device)
         else:
             feats = _padding_invariant(lm, texts, batch_size, device, last_only)
-    info["layers"] = int(feats.shape[1]) if len(feats) else 0
+    info["hidden_states"] = int(feats.shape[1]) if len(feats) else 0  # layers + 1
     return feats, info
 
 
@@ -340,7 +330,8 @@ def load_vision_model(timm_name: str, weights: str | Path, image_size: int | Non
                            "(I-JEPA, SigLIP, the gap ViTs) is not scored by it")
     size = image_size or model.pretrained_cfg["input_size"][-1]
     info = {"timm": timm_name, "weights": str(file), "identity": identity(file),
-            "sha256": file_sha256(file), "image_size": int(size), "width": int(model.embed_dim),
+            "sha256": file_sha256(file),  # the whole file: 0.3-2.5 GB, a few seconds
+            "image_size": int(size), "width": int(model.embed_dim),
             "precision": precision, "layers": len(model.blocks),
             "parameters": int(sum(p.numel() for p in model.parameters()))}
     return model.to(device=device, dtype=DTYPES[precision]).eval(), info

@@ -68,8 +68,8 @@ def clip_outliers(feats: np.ndarray, q: float = Q_OUTLIER, mode: str = "per_samp
     return np.clip(x, -t, t)
 
 
-def _layers(feats: np.ndarray, name: str) -> np.ndarray:
-    x = np.asarray(feats, dtype=np.float64)
+def _layers(feats: np.ndarray, name: str, dtype: type = np.float64) -> np.ndarray:
+    x = np.asarray(feats, dtype=dtype)
     if x.ndim != 3 or min(x.shape) == 0:
         raise ValueError(f"{name}: expected features [n, layers, d], got shape {x.shape}")
     if not np.isfinite(x).all():
@@ -139,7 +139,7 @@ class LayerAlignment:
             raise ValueError(f"score precision {precision!r}: choose one of "
                              f"{list(SCORE_PRECISIONS)}")
         dtype = SCORE_PRECISIONS[precision]
-        x, y = _layers(x, "x").astype(dtype), _layers(y, "y").astype(dtype)
+        x, y = _layers(x, "x", dtype), _layers(y, "y", dtype)
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows and y {len(y)}: the two models must embed "
                              "the same items in the same order")

@@ -148,8 +148,9 @@ def test_every_photo_header_is_checked_before_any_stage_and_a_bomb_is_one_line(t
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_a_photo_cut_while_copying_is_refused_by_its_header_check(tmp_path, fmt):
-    """The end marker a JPEG or PNG ends with is missing from a file cut short: `--check`'s
-    header pass names it; the whole file passes, and so does one with bytes after the marker."""
+    """The end a JPEG or PNG ends with is missing from a file cut short, even by one byte:
+    `--check`'s header pass names it; the whole file passes, and so does one with bytes after
+    its end (a little padding, or a motion photo's 5 KB of video)."""
     import numpy as np
     from PIL import Image
 
@@ -162,9 +163,22 @@ def test_a_photo_cut_while_copying_is_refused_by_its_header_check(tmp_path, fmt)
     assert header_problem(path) == ""
     path.write_bytes(whole + b"\x00" * 100)  # padding after the end marker
     assert header_problem(path) == ""
-    path.write_bytes(whole[:len(whole) * 2 // 3])
-    assert header_problem(path) == (f"truncated: no {fmt} end marker in its last 1024 bytes "
-                                    "(the file was cut, while copying?)")
+    path.write_bytes(whole + b"\x01" * 5000)  # a motion photo's video after the end
+    assert header_problem(path) == ""
+    for cut in (len(whole) * 2 // 3, len(whole) - 1):
+        path.write_bytes(whole[:cut])
+        assert header_problem(path) == (f"truncated: the {fmt} data stops before its end "
+                                        "marker (the file was cut, while copying?)")
+    if fmt == "JPEG":  # an EXIF thumbnail's own end marker, before the scan, does not count
+        thumb = tmp_path / "thumb.jpg"
+        Image.new("RGB", (8, 8)).save(thumb, format="JPEG")
+        exif = Image.Exif()
+        Image.fromarray(rng.integers(0, 255, (200, 300, 3), dtype=np.uint8)).save(
+            path, format="JPEG", exif=exif.tobytes() + thumb.read_bytes())
+        whole = path.read_bytes()
+        assert header_problem(path) == ""
+        path.write_bytes(whole[:len(whole) // 2])
+        assert "truncated" in header_problem(path)
 
 
 def test_a_set_smaller_than_the_profile_assumes_is_refused_right_after_reading(tmp_path):

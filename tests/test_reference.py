@@ -6,6 +6,7 @@ the WIT and STS-B readers' errors, and the stage through to the audit."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -412,7 +413,7 @@ def _params(tmp_path, parts, **over) -> str:
 
 
 def test_the_stage_scores_every_pair_and_the_audit_judges_only_scored_models(parts, tmp_path,
-                                                                             capsys):
+                                                                             monkeypatch):
     params = _params(tmp_path, parts)
     out = tmp_path / "wit1024.json"
     assert stage.main(["--params", params, "--out", str(out)]) == 0
@@ -447,6 +448,26 @@ def test_the_stage_scores_every_pair_and_the_audit_judges_only_scored_models(par
         assert says in reason, reason
     assert rows["t3_qwen72b_wit"]["verdict"] == "not rerun"
     assert "Qwen/Qwen2.5-72B against dinov2_vitb14 not scored" in rows["t3_qwen72b_wit"]["reason"]
+
+    # what the stage records is what the setting check reads: with setups describing this very
+    # run (MiniLM's config and count, the miniature's rows and k, the ViT-S at 56 px), a claim
+    # about it is comparable and gets a verdict
+    assert (doc["text"]["minilm"]["layers"], doc["text"]["minilm"]["hidden_states"]) == (6, 7)
+    assert doc["text"]["Qwen/Qwen2.5-0.5B"]["layers"] == 2
+    from harness.audit import setting
+    from harness.audit.rules import rule_evaluated
+
+    setups = json.loads(json.dumps(setting.load_setups()))
+    setups["models"]["minilm"] = {"model_type": "bert", "hidden": 384, "layers": 6,
+                                  "parameters": 22.7e6}
+    setups["benchmarks"]["wit_1024"].update(rows=N, k=K)
+    setups["references"]["dinov2_vitb14"] = {"timm": "vit_small_patch14_dinov2",
+                                             "image_size": SIZE, "width": 384, "layers": 12}
+    monkeypatch.setattr(setting, "load_setups", lambda: setups)
+    claim = dataclasses.replace(reg.claims["t3_mpnet_wit"],
+                                setup={**reg.claims["t3_mpnet_wit"].setup, "model": "minilm"})
+    got = rule_evaluated(claim, Context(reg.claims, "world", reference=doc))
+    assert got.verdict in {"reproduced", "differs", "inconclusive"}, got.reason
 
 
 def test_a_run_that_is_not_the_papers_gives_no_verdict_on_any_paper_claim(parts, tmp_path,

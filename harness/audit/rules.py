@@ -388,8 +388,8 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     shown = (f"rerun {run:.4f}, claim {claim.scalar():.4f}, difference {gap:+.4f}, margin "
              f"{margin:g}" + (f", layers {entry['pair']}" if wit else "") + "; a point "
              "difference, not a test: a public model's score on fixed items has no sampling "
-             "variance, and moves only with the protocol's free choices (precision, padding"
-             + (", the layer search, the clipping mode" if wit else "") + ")" + (
+             "variance, and moves only with what the protocol leaves free (precision, TF32, "
+             "batch composition)" + (
                  f"; the {alt['name']} protocol gives {alt['best']:.4f} on this run "
                  f"({alt['best'] - run:+.4f})" if alt else "") + assumed)
     if abs(gap) <= margin:

@@ -2,8 +2,11 @@
 and vision references (public_setups.yaml) against what the reference stage recorded
 (runs/reference/wit1024.json: `data`, `protocol`, `text`, `vision`, each entry's `degenerate`).
 Every difference is named; any one makes the claim "not comparable" (harness.audit.rules
-`rule_evaluated`). A number from another benchmark size, another model under the claim's name,
-another image size or collapsed (random-weight) features says nothing about the paper's."""
+`rule_evaluated`). A number from another benchmark size, a model of another architecture or
+size under the claim's name, another image size or collapsed features says nothing about the
+paper's. What these facts cannot tell apart: checkpoints of one shape (a base model and its
+-Instruct tuning, bert-base-cased and -uncased); the weights' digest can, where the setups
+file records the public file's."""
 
 from __future__ import annotations
 
@@ -120,8 +123,12 @@ def differences(setup: Mapping[str, Any], metric: str, doc: Mapping[str, Any],
     if metric in reference.WIT_METRICS or metric in reference.COCO_METRICS:
         ref = str(setup.get("reference"))
         out += _reference(ref, (doc.get("vision") or {}).get(ref))
-    for who, layers in (entry.get("degenerate") or {}).items():
+    collapsed = dict(entry.get("degenerate") or {})
+    text = (doc.get("text") or {}).get(model) or {}
+    if text.get("layers") in (text.get("degenerate_layers") or []) and model not in collapsed:
+        collapsed[model] = [text["layers"]]  # the last hidden state: STS-B's and R@1's pooling
+    for who, layers in collapsed.items():
         out.append(f"{who}'s features collapse at layers {layers} (every cosine between items "
-                   "within float32 rounding, as random weights give): its neighbours there are "
-                   "rounding noise")
+                   "within float32 rounding, as timm's random initialisation gives): its "
+                   "neighbours there are rounding noise")
     return out

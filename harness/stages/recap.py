@@ -28,14 +28,18 @@ def load_recap(path: Path) -> Any:
 def encoder_cut(path: Path) -> int:
     """The tokens of a text the web-text encoder sees: its max_len less [CLS] and [SEP]
     (prh.views), max_len from recap.train.encoder, else the flickr30k profile's train section
-    (as harness.stages.recap_train.configs merges them), else TrainConfig's default."""
+    (as harness.stages.recap_train.configs merges them); one of them must say it."""
     from harness.config.params import read_top_level
-    from prh.train_config import TrainConfig
 
     raw = read_top_level(path)
     over = ((raw.get("recap") or {}).get("train") or {}).get("encoder") or {}
     base = (raw.get("flickr30k") or {}).get("train") or {}
-    return int(over.get("max_len", base.get("max_len", TrainConfig.max_len))) - 2
+    max_len = over.get("max_len", base.get("max_len"))
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 3:
+        raise ContractError(f"{path}: flickr30k.train.max_len (or recap.train.encoder.max_len) "
+                            f"is {max_len!r}; set the encoder's tokens per text (the "
+                            "repository's params.yaml: 64), the subset counts texts against it")
+    return max_len - 2
 
 
 def write_subset(cfg: Any, out: Path, cut: int) -> dict[str, Any]:
@@ -150,9 +154,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the subset's folder")
     args = parser.parse_args(argv)
     try:
-        cfg = load_recap(args.params)
+        cfg, cut = load_recap(args.params), encoder_cut(args.params)
         with atomic_dir(args.out) as tmp:
-            summary = write_subset(cfg, tmp, encoder_cut(args.params))
+            summary = write_subset(cfg, tmp, cut)
             write_json(tmp / "summary.json", {"schema": str(RECAP_SUBSET), **summary})
     except ContractError as e:
         return fail(e)

@@ -72,10 +72,9 @@ def main(argv: list[str]) -> int:
     from harness.stages.recap import encoder_cut
 
     try:
-        cfg = load_paraphrase(args.params)
+        cfg, cut = load_paraphrase(args.params), encoder_cut(args.params)
         with atomic_dir(args.out) as tmp:
-            summary = write_paraphrase(cfg, args.subset, tmp, encoder_cut(args.params)) \
-                if cfg.model else None
+            summary = write_paraphrase(cfg, args.subset, tmp, cut) if cfg.model else None
             write_json(tmp / "summary.json", {"schema": str(RECAP_PARAPHRASE),
                                               "paraphrase": summary})
     except ContractError as e:
