@@ -7,40 +7,48 @@
 # 2.14.1's default build, '2.14.1+cu130' (the PyPI wheel; torch brings its own CUDA 13.0 and
 # cuDNN 9 libraries as hashed nvidia-* wheels from the lock). Re-pin with
 #   docker buildx imagetools inspect nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04
-FROM nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04@sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a
+# Where no registry is reachable, any Debian bookworm or Ubuntu 24.04 base builds the same
+# layers: --build-arg BASE_IMAGE=... (docker/README.md, "Build without a registry").
+ARG BASE_IMAGE=nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04@sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a
+FROM ${BASE_IMAGE}
 
 # Pins that tests/test_docker.py checks against docker/requirements.lock and pyproject.toml.
+# Build metadata (GIT_COMMIT, BUILD_DATE, IMAGE_DIGEST) is declared below the heavy layers: an
+# ARG reaches the environment of every later RUN, so a new date would rebuild them all.
 ARG PYTHON_VERSION=3.11
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 ARG TORCH_CUDA=13.0
-# Provenance (docker/README.md, "Build"): labels and PRH_* variables read by
-# harness/tracking/fingerprint.py, which MLflow logs and the report prints.
-ARG IMAGE_DIGEST=""
-ARG GIT_COMMIT=unknown
-ARG BUILD_DATE=unknown
-ARG IMAGE_NAME=prh-rerun
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# A builder that drops SHELL (buildah and podman in their default OCI format) would run every
+# RUN under /bin/sh without pipefail: stop there, naming the fix.
+RUN if [ -z "${BASH_VERSION:-}" ] || ! shopt -qo pipefail; then \
+      echo "SHELL was ignored, so RUN lacks bash -o pipefail: build with --format docker" >&2; \
+      exit 1; \
+    fi
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8
 
-# Python 3.11 (the lock's interpreter) from the deadsnakes PPA: Ubuntu 24.04 ships 3.12 only.
+# Python 3.11 (the lock's interpreter): Debian bookworm ships it; Ubuntu 24.04 ships 3.12 only,
+# so there it comes from the deadsnakes PPA (the only step that differs between the bases).
 # WeasyPrint loads Pango, HarfBuzz (and its subsetter) and fontconfig at run time; the DejaVu
 # fonts are bundled because a glyph without a font prints as a blank, with no error.
 # Apt versions are not pinned: old ones leave the archive, so the pin is the base digest plus
 # the archived image (docker/README.md, "Keeping the image alive").
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates gpg-agent software-properties-common \
- && add-apt-repository -y ppa:deadsnakes/ppa \
- && apt-get update \
+ && if ! apt-cache show "python${PYTHON_VERSION}-venv" >/dev/null 2>&1; then \
+      apt-get install -y --no-install-recommends ca-certificates gpg-agent software-properties-common \
+      && add-apt-repository -y ppa:deadsnakes/ppa \
+      && apt-get update \
+      && apt-get purge -y --auto-remove gpg-agent software-properties-common; \
+    fi \
  && apt-get install -y --no-install-recommends \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" \
-      git tini util-linux \
+      ca-certificates git tini util-linux \
       libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz0b libharfbuzz-subset0 \
       fontconfig fonts-dejavu-core \
- && apt-get purge -y --auto-remove gpg-agent software-properties-common \
  && rm -rf /var/lib/apt/lists/* \
  && fc-cache -f
 
@@ -83,6 +91,7 @@ RUN pip install --no-deps --no-build-isolation --no-index /opt/prh/src \
  && rm -rf /opt/prh/src/build
 COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/prh-entrypoint
 
+ARG GIT_COMMIT=unknown
 USER 1000:1000
 ENV GIT_AUTHOR_NAME=prh GIT_AUTHOR_EMAIL=prh@localhost \
     GIT_COMMITTER_NAME=prh GIT_COMMITTER_EMAIL=prh@localhost
@@ -90,8 +99,19 @@ RUN git -C /opt/prh/src init -q \
  && git -C /opt/prh/src add -A \
  && git -C /opt/prh/src commit -q -m "prh-rerun image snapshot of ${GIT_COMMIT}"
 
-# Offline by design: weights and data come from /data, nothing from the model hub.
-ENV HF_HUB_OFFLINE=1 \
+# Provenance (docker/README.md, "Build"): labels and PRH_* variables read by
+# harness/tracking/fingerprint.py, which MLflow logs and the report prints.
+ARG BASE_IMAGE
+ARG IMAGE_DIGEST=""
+ARG BUILD_DATE=unknown
+ARG IMAGE_NAME=prh-rerun
+
+# Offline by design: weights and data come from /data, nothing from the model hub. The NVIDIA
+# Container Toolkit reads the NVIDIA_* variables (the nvidia/cuda base sets them too; set here
+# so that an image on another base gets the driver mounted alike).
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     HF_HUB_DISABLE_TELEMETRY=1 \
     HF_HOME=/tmp/hf \
@@ -101,7 +121,7 @@ ENV HF_HUB_OFFLINE=1 \
     PRH_RUNS_DIR=/runs \
     PRH_SRC_DIR=/opt/prh/src \
     PRH_LOCK_FILE=/opt/prh/requirements.lock \
-    PRH_BASE_IMAGE=nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04@sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a \
+    PRH_BASE_IMAGE=${BASE_IMAGE} \
     PRH_IMAGE_NAME=${IMAGE_NAME} \
     PRH_IMAGE_DIGEST=${IMAGE_DIGEST} \
     PRH_GIT_COMMIT=${GIT_COMMIT} \
@@ -111,8 +131,7 @@ LABEL org.opencontainers.image.title="prh-rerun" \
       org.opencontainers.image.description="Rerun and audit Balestriero & LeCun (2026), PRH with JEPAs" \
       org.opencontainers.image.revision="${GIT_COMMIT}" \
       org.opencontainers.image.created="${BUILD_DATE}" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04" \
-      org.opencontainers.image.base.digest="sha256:af851538a2bb05f587f27b660d61de3643d964e75ef5c04f4086ff2b36f2a12a" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
       io.prh.image-digest="${IMAGE_DIGEST}"
 
 VOLUME ["/data", "/runs"]

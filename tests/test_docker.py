@@ -5,6 +5,7 @@ dependencies, and docker/entrypoint.sh's refusals and pipeline call."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -49,10 +50,11 @@ def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
 
 
 def key_values(keyword: str) -> dict[str, str]:
-    """Every KEY=VALUE of the ARG, ENV or LABEL instructions (shell-style quoting)."""
+    """Every KEY=VALUE of the ARG, ENV or LABEL instructions (shell-style quoting); an ARG
+    declared again without a value (to reach a later stage of the file) keeps its default."""
     pairs = [word.partition("=") for kw, args in instructions() if kw == keyword
              for word in shlex.split(args)]
-    return {k: v for k, _, v in pairs}
+    return {k: v for k, eq, v in pairs if eq}
 
 
 def read_lock(path: Path = LOCK) -> dict[str, tuple[str, list[str]]]:
@@ -112,15 +114,56 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path):
 # --- pins ----------------------------------------------------------------------------------
 
 def test_base_image_is_pinned_by_digest_with_matching_cuda():
+    """The default base (ARG BASE_IMAGE, which FROM reads) is a digest-pinned nvidia/cuda image
+    whose CUDA is the torch build's; the fingerprint and the label name the base really used."""
     (base,) = [args for kw, args in instructions() if kw == "FROM"]
-    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu2[24]\.04"
-                     r"@sha256:([0-9a-f]{64})", base)
-    assert m, f"FROM {base!r} is not a digest-pinned nvidia/cuda cudnn-runtime image"
+    assert base == "${BASE_IMAGE}"
     args, env, labels = key_values("ARG"), key_values("ENV"), key_values("LABEL")
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu2[24]\.04"
+                     r"@sha256:([0-9a-f]{64})", args["BASE_IMAGE"])
+    assert m, f"BASE_IMAGE {args['BASE_IMAGE']!r} is not a digest-pinned nvidia/cuda image"
     assert f"{m[1]}.{m[2]}" == args["TORCH_CUDA"]
-    assert env["PRH_BASE_IMAGE"] == base
-    assert labels["org.opencontainers.image.base.digest"] == f"sha256:{m[3]}"
-    assert base.startswith(labels["org.opencontainers.image.base.name"] + "@")
+    assert env["PRH_BASE_IMAGE"] == labels["org.opencontainers.image.base.name"] == base
+
+
+def test_build_metadata_is_declared_below_the_heavy_layers():
+    """An ARG enters the environment of every later RUN, so a new BUILD_DATE declared above the
+    apt and pip layers would rebuild them (minutes, GBs) on every build; GIT_COMMIT may reach
+    only the snapshot's commit, the last RUN."""
+    steps = instructions()
+    declared = {args.partition("=")[0]: i for i, (kw, args) in enumerate(steps) if kw == "ARG"}
+    runs = [i for i, (kw, _) in enumerate(steps) if kw == "RUN"]
+    heavy = [i for i in runs if "pip install" in steps[i][1] or "apt-get" in steps[i][1]]
+    assert declared["GIT_COMMIT"] > max(heavy)
+    assert [i for i in runs if i > declared["GIT_COMMIT"]] == [max(runs)]
+    assert "${GIT_COMMIT}" in steps[max(runs)][1]
+    for late in ("BUILD_DATE", "IMAGE_DIGEST", "IMAGE_NAME"):
+        assert declared[late] > max(runs), late
+
+
+@pytest.mark.parametrize(("shell", "passes"), [(["bash", "-o", "pipefail", "-c"], True),
+                                               (["bash", "-c"], False), (["sh", "-c"], False)])
+def test_the_first_run_refuses_a_shell_without_pipefail(shell, passes):
+    """buildah's OCI format drops SHELL and runs RUN under /bin/sh: the first RUN, run here
+    under each shell, stops such a build with the fix."""
+    assert json.loads(next(args for kw, args in instructions() if kw == "SHELL")) == [
+        "/bin/bash", "-o", "pipefail", "-c"]
+    first = next(args for kw, args in instructions() if kw == "RUN")
+    out = subprocess.run([*shell, first], capture_output=True, text=True)
+    assert (out.returncode == 0) == passes, out.stderr
+    assert passes or "--format docker" in out.stderr
+
+
+def test_either_base_gets_python_and_the_gpu_settings():
+    """The deadsnakes PPA only where the distribution lacks the Python (Ubuntu 24.04), and the
+    NVIDIA Container Toolkit's variables set by the image itself, not only by NVIDIA's base."""
+    (apt,) = [args for kw, args in instructions() if kw == "RUN" and "apt-get update" in args]
+    assert 'if ! apt-cache show "python${PYTHON_VERSION}-venv"' in apt
+    assert apt.index("ppa:deadsnakes") < apt.index("fi ")
+    assert " ca-certificates " in apt[apt.index("fi "):]
+    env = key_values("ENV")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert set(env["NVIDIA_DRIVER_CAPABILITIES"].split(",")) >= {"compute", "utility"}
 
 
 @pytest.mark.parametrize(("package", "arg"), [("torch", "TORCH_VERSION"),

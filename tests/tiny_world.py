@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,22 @@ def align_cmd(arm: str, seed: int) -> list[str]:
             "--image", "runs/image", "--text", f"runs/text/{arm}-s{seed}", "--config",
             f"runs/config/{arm}.json", "--out", f"runs/align/{arm}-s{seed}.json",
             "--per-query", f"runs/align/{arm}-s{seed}.npz"]
+
+
+def check_entrypoint_run(runs: Path) -> dict[str, str]:
+    """The world pipeline that docker/entrypoint.sh ran into `runs` (one workspace, tiny params
+    committed): both reports written, and six finished MLflow runs in `runs`/mlflow.db, none
+    tagged git_dirty. Returns the env.* tags (the environment fingerprint) of those runs,
+    which must agree."""
+    (work,) = runs.glob("workspace-*")
+    assert (work / "reports" / "audit.html").stat().st_size > 0
+    assert (work / "reports" / "audit.pdf").read_bytes().startswith(b"%PDF")
+    with sqlite3.connect(runs / "mlflow.db") as con:  # PRH_RUNS_DIR holds the database
+        states = con.execute("SELECT r.status, t.value FROM runs r JOIN tags t "
+                             "ON t.run_uuid = r.run_uuid AND t.key = 'git_dirty'").fetchall()
+        env = set(con.execute("SELECT t.key, t.value FROM runs r JOIN tags t "
+                              "ON t.run_uuid = r.run_uuid AND t.key LIKE 'env.%'"))
+    assert len(states) == 6 and set(states) == {("FINISHED", "False")}, states
+    tags = dict(env)
+    assert len(tags) == len(env), "the runs disagree on their environment"
+    return tags

@@ -1,0 +1,167 @@
+"""The pinned image built and run for real. podman builds the repository's Dockerfile on a
+Debian bookworm base bootstrapped here (debootstrap: the pinned nvidia/cuda base needs a
+registry, which CI machines do not reach), from a build context whose params.yaml holds the
+tiny world's parameters, committed, so the runs are not tagged dirty. The image's entrypoint
+runs the world profile into a runs folder that the test then reads from outside: both reports,
+six finished MLflow runs, and a fingerprint naming the base, the commit and the torch build
+the image holds. Every image it made is removed at the end.
+
+Slow, and root only (podman's storage and the base's chroot): `.ci/run`'s "image" section
+installs podman, runc and debootstrap and runs it where the disk has room for a build."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tiny_world
+
+ROOT = Path(__file__).resolve().parents[1]
+# What the image's build reads beside the project's code (tiny_world.PROJECT).
+BUILD_FILES = ("Dockerfile", ".dockerignore", "docker", "pyproject.toml", "README.md")
+TORCH_BUILD = "2.14.1+cu130"  # the lock's torch: PyPI's default CUDA 13.0 build
+
+
+def unable() -> str:
+    """Why this machine cannot build the image here, or ''."""
+    if os.geteuid() != 0:
+        return "the image test builds as root (podman's storage, debootstrap's chroot)"
+    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
+    return f"{', '.join(missing)} not installed (.ci/run's image section installs them)" \
+        if missing else ""
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(unable()), reason=unable() or "-")]
+
+
+def podman(*args: str, timeout: int = 900, **kw) -> subprocess.CompletedProcess:
+    """podman with this test's engine settings; raises with the end of its output on failure."""
+    out = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "CONTAINERS_CONF": str(ENGINE_CONF)}, **kw)
+    if out.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args[:3])} failed ({out.returncode}):\n"
+                             f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
+
+
+ENGINE_CONF = Path("/tmp") / f"prh-containers-{os.getpid()}.conf"
+
+
+def write_engine_conf() -> None:
+    """runc, since crun refuses cgroups in hybrid mode; ulimits within the session's hard
+    limits, since root here lacks CAP_SYS_RESOURCE and podman asks for 1048576 (nproc above
+    32768 fails even under the hard limit on these machines)."""
+    import resource
+    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 20)
+    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768)
+    ENGINE_CONF.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", '
+                           f'"nproc={nproc}:{nproc}"]\n[engine]\nruntime = "runc"\n')
+
+
+def debian_mirror() -> str:
+    """PRH_DEBIAN_MIRROR, else the host's first Debian archive, else deb.debian.org."""
+    if os.environ.get("PRH_DEBIAN_MIRROR"):
+        return os.environ["PRH_DEBIAN_MIRROR"]
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    found = re.search(r"^URIs:\s*(\S+/debian)\s*$", sources.read_text(), re.M) \
+        if sources.exists() else None
+    return found[1] if found else "http://deb.debian.org/debian"
+
+
+def pip_config(key: str) -> str:
+    """A pip setting of this host (environment first, then pip's config files), or ''."""
+    env = os.environ.get("PIP_" + key.removeprefix("global.").upper().replace("-", "_"))
+    if env:
+        return env
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "get", key],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def build_mounts(tmp: Path) -> list[str]:
+    """The host's package-index settings for the build's RUN steps only (never in a layer):
+    its CA bundle (a TLS-intercepting proxy's, on these machines) and an http(s) index."""
+    conf, mounts = ["[global]"], []
+    cert = pip_config("global.cert")
+    if cert and Path(cert).is_file():  # not over the image's own bundle, which apt rewrites
+        mounts += ["-v", f"{cert}:/tmp/host-ca.crt:ro"]
+        conf.append("cert = /tmp/host-ca.crt")
+    index = pip_config("global.index-url")
+    if index.startswith(("http://", "https://")):
+        conf.append(f"index-url = {index}")
+    (tmp / "pip.conf").write_text("\n".join(conf) + "\n")
+    return [*mounts, "-v", f"{tmp / 'pip.conf'}:/etc/pip.conf:ro"]
+
+
+def build_context(ctx: Path) -> Path:
+    """The project with the tiny world's params.yaml committed, plus what the build reads."""
+    tiny_world.copy_project(ctx)
+    for item in BUILD_FILES:
+        if (ROOT / item).is_dir():
+            shutil.copytree(ROOT / item, ctx / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / item, ctx / item)
+    return ctx
+
+
+@pytest.fixture
+def images(tmp_path) -> Iterator[dict[str, str]]:
+    """A Debian bookworm base imported from a debootstrapped folder, and the image's tag; both
+    removed afterwards, with the layers they leave."""
+    write_engine_conf()
+    tag = uuid.uuid4().hex[:8]
+    names = {"base": f"localhost/prh-test-base:{tag}", "image": f"localhost/prh-rerun:{tag}"}
+    rootfs = tmp_path / "rootfs"
+    try:
+        subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs),
+                        debian_mirror()], check=True, capture_output=True, timeout=600)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        podman("import", "-q", "-", names["base"], stdin=tar.stdout)
+        assert tar.wait() == 0
+        shutil.rmtree(rootfs)
+        yield names
+    finally:
+        subprocess.run(["podman", "rmi", "-f", *names.values()], capture_output=True,
+                       env={**os.environ, "CONTAINERS_CONF": str(ENGINE_CONF)})
+        podman("image", "prune", "-f")
+        left = podman("images", "-q", "--filter", f"reference=*:{tag}").stdout.strip()
+        ENGINE_CONF.unlink(missing_ok=True)
+        assert not left, f"images left behind: {left}"
+
+
+def test_the_image_builds_on_a_local_base_and_runs_the_world_to_the_report(images, tmp_path):
+    ctx = build_context(tmp_path / "ctx")
+    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    start = time.monotonic()
+    podman("build", "--format", "docker", *build_mounts(tmp_path),
+           "--build-arg", f"BASE_IMAGE={images['base']}", "--build-arg", f"GIT_COMMIT={commit}",
+           "--build-arg", f"BUILD_DATE={date}", "-t", images["image"], str(ctx), timeout=1500)
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", images["image"]).stdout)
+    built = time.monotonic() - start
+    print(f"image {images['image']}: {size / 1e9:.2f} GB, built in {built:.0f} s")
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.chown(runs, 1000, 1000)  # the image runs as uid 1000
+    start = time.monotonic()
+    out = podman("run", "--rm", "--network", "host", "-e", "OMP_NUM_THREADS=1",
+                 "-v", f"{runs}:/runs", images["image"], "world", timeout=1200)
+    assert "prh-entrypoint: done; reports in /runs/workspace-" in out.stderr
+    print(f"world profile in the image: {time.monotonic() - start:.0f} s")
+
+    env = tiny_world.check_entrypoint_run(runs)
+    assert env["env.image_base"] == images["base"]
+    assert env["env.image_git_commit"] == commit and env["env.image_build_date"] == date
+    assert env["env.torch"] == TORCH_BUILD and env["env.cuda"] == "13.0"
+    assert env["env.python"].startswith("CPython 3.11.")
