@@ -303,15 +303,23 @@ def test_ctrl_c_exits_130_with_a_line(tmp_path):
     import signal
     import time
 
-    (tmp_path / "slow_stage.py").write_text("import time\n\ndef main(argv):\n"
+    # the stage says when it runs: a signal sent during the imports (seconds on a busy
+    # machine) would test the imports' handlers, not the command's
+    (tmp_path / "slow_stage.py").write_text("import pathlib, time\n\ndef main(argv):\n"
+                                            "    pathlib.Path('running').touch()\n"
                                             "    time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", "import sys\n"
                              "from harness import cli\n"
                              "cli.COMMANDS['slow'] = ('slow_stage:main', '')\n"
                              "sys.exit(cli.main(['slow']))"],
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
-    time.sleep(2)
+                            env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"},
+                            # a shell's background job (nohup, &) ignores SIGINT, and so would
+                            # the child: give it the terminal's default, as a user's shell does
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "running").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err

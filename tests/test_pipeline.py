@@ -2,9 +2,10 @@
 
 One module-scoped run in a temporary git repository, shared by the tests below: it produces
 both reports and one finished MLflow run per (arm, seed); a second `dvc status` is clean; a
-training parameter change marks exactly the stages that depend on it. Slow (`.ci/run`'s pipeline
-section, minutes of retraining): `dvc repro` then reruns only those, and `harness diff` tells
-the committed results from the new ones.
+training parameter change marks exactly the stages that depend on it; `dvc repro` then reruns
+only those, and `harness diff` tells the committed results from the new ones. All slow
+(`.ci/run`'s pipeline section): the main job alone takes two minutes, and one pytest process
+builds it once for every test that reads it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tiny_world import copy_project, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.slow
 UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
 
 
@@ -87,7 +89,7 @@ def test_diff_two_seeds_of_one_arm_on_real_outputs(pipeline):
     assert gate.returncode == 0
 
 
-@pytest.mark.slow  # six trainings, six alignments, the probe and the report again: minutes
+# six trainings, six alignments, the probe and the report again: minutes
 def test_training_param_change_reruns_only_dependent_stages(pipeline):
     sh(pipeline, "git", "add", "-A")
     sh(pipeline, "git", "commit", "-qm", "first results")
@@ -98,7 +100,7 @@ def test_training_param_change_reruns_only_dependent_stages(pipeline):
     assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran
 
 
-@pytest.mark.slow  # needs the previous test's rerun
+# needs the previous test's rerun
 def test_diff_between_two_commits_on_real_outputs(pipeline):
     """After the lr change (previous test), the committed results differ from the workspace."""
     out = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--format", "json",
@@ -110,7 +112,7 @@ def test_diff_between_two_commits_on_real_outputs(pipeline):
     assert failing.returncode == 1
 
 
-@pytest.mark.slow  # a queued experiment: three more trainings and the stages after them
+# a queued experiment: three more trainings and the stages after them
 def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
     """`dvc exp run --queue` runs in a temporary clone DVC deletes afterwards; its trainings
     (the third seed) and the result runs it aggregates land in the workspace's mlflow.db,
@@ -140,7 +142,7 @@ def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
     assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))
 
 
-@pytest.mark.slow  # needs the pipeline's outputs; pushes and pulls them through a remote
+# needs the pipeline's outputs; pushes and pulls them through a remote
 def test_a_fresh_clone_pulls_the_main_jobs_outputs_as_the_readme_says(pipeline, tmp_path):
     """After the main job, with the evaluation-only and web-text pipelines beside it (which it
     never runs): `dvc push dvc.yaml` to a remote, and in a fresh clone `dvc pull dvc.yaml` exits

@@ -211,6 +211,7 @@ def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
         write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out", 62)
 
 
+@pytest.mark.slow  # the whole web-text profile under dvc repro: .ci/run's pipeline section
 def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tmp_path):
     """`harness run` under `profile: recap` checks the shards and configs, then runs the
     web-text pipeline to its report: each arm's samples, texts, tokens and unique images per

@@ -133,6 +133,7 @@ def test_editing_a_file_makes_dvc_status_name_exactly_the_stages_that_run_it(com
     assert expected, edited
 
 
+@pytest.mark.slow  # dvc repro of the trainings: .ci/run's pipeline section
 def test_a_sigreg_knob_reruns_the_jepa_arms_and_leaves_next_token(committed):
     """train@ARM and align@ARM read the train section through runs/config/ARM.json, which
     holds only what the arm reads: after `world.train.lamb` changes and the config stages rerun,

@@ -135,6 +135,7 @@ def test_another_runs_checkpoint_is_refused(subset: Path, tmp_path: Path) -> Non
         train_stream(cfg(), stream(samples=13), data, tok, tmp_path)
 
 
+@pytest.mark.slow  # three trainings, one killed: .ci/run's pipeline section, beside test_kill
 def test_a_stage_killed_by_sigkill_resumes_to_the_uninterrupted_account_and_weights(
         subset: Path, tmp_path: Path) -> None:
     """`harness recap_train` killed with SIGKILL soon after its first checkpoint leaves no

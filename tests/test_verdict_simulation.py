@@ -36,6 +36,9 @@ Bounds (in the order of the issue that fixed them):
       test pairs each replication); "cannot be separated": P(reproduced | true gap = the gap
       margin) <= .05 + TOL.
 The companion test runs mutants of the rules and expects each to break one of these.
+
+All slow (about a minute and a half with the mutants): `.ci/run`'s pipeline section runs
+the module, so one process draws the shipped rules' cells once for every test.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from harness.audit.decide import P_DIFFERS, decide, decide_inseparable, decide_o
 from harness.audit.judge import family
 from harness.config.params import load_params
 from harness.stats.estimators import TwoLevel, two_level_gap, two_level_mean
+
+pytestmark = pytest.mark.slow
 
 REPS, N_PAIRS, SEEDS, CLAIM_SEEDS = 4000, 1000, 3, 3
 TOL = 0.0103  # 3 Monte Carlo se of a rate of .05 over 4,000 replications
@@ -356,7 +361,7 @@ def exact_agreement(est: TwoLevel, claim: float, margin: float, m: int
     return ("inconclusive" if verdict == "differs" else verdict), reason, evidence
 
 
-@pytest.mark.slow  # the mutants take about a minute; CI runs them in its pipeline section
+# the mutants take about a minute
 @pytest.mark.parametrize("mutant", [scaled(2.0), scaled(0.5), at_alpha(0.10), at_alpha(0.025),
                                     met_two_sided, claim_noise_dropped, exact_agreement],
                          ids=lambda f: f.__name__)
@@ -385,7 +390,6 @@ def inseparable_from_any_seeds(est: TwoLevel) -> str:
     return decide_inseparable(dataclasses.replace(est, seed_var=0.0), "a - b", GAP_MARGIN)[0]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("order, inseparable", [
     (order_on_fixed_pairs, inseparable_rule), (order_rule, inseparable_without_training_variance),
     (order_rule, inseparable_from_any_seeds)], ids=["order-fixed-pairs",
@@ -398,7 +402,6 @@ def test_each_mutant_of_the_arm_rules_breaks_a_bound(order: OrderRule,
     assert broken
 
 
-@pytest.mark.slow
 def test_holm_dropped_breaks_the_family_bound() -> None:
     """The family step skipped: "differs" at each claim's own 5%."""
     rng, truth, hits = _rng(1.0, 0.21, 5), float(pairs().mean()), 0
