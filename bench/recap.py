@@ -44,8 +44,8 @@ def synthetic_subset(folder: Path, images: int, seed: int = 0) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from harness.stages.recap import write_subset
     from prh.recap import RecapConfig
+    from prh.recap_subset import write_subset
 
     rng = np.random.default_rng(seed)
     lexicon = [f"w{i}" for i in range(5000)]

@@ -23,7 +23,7 @@ from typing import Any
 
 from PIL import Image
 
-from prh.io import ContractError
+from prh.io import ContractError, file_sha256
 
 SPLITS = ("train", "val", "test", "restval")
 TRAIN_SPLITS = ("train", "restval")
@@ -423,3 +423,16 @@ def pairfree_halves(train: Sequence[Photo]) -> tuple[list[Photo], list[Photo]]:
     `eval.pairfree_pool` rows of each side, so that knob never reruns an embedding stage."""
     half = len(train) // 2
     return list(train[:half]), list(train[len(train) - half:])
+
+
+DATA_HASH_CHARS = 16  # the data hash shown in tags and results (a prefix of the file's sha256)
+
+
+def data_hash(path: Path) -> str:
+    """The caption file's identity in results and MLflow tags: its sha256, first 16 hex."""
+    return file_sha256(path)[:DATA_HASH_CHARS]
+
+
+def eval_captions(photos: list[Any]) -> list[str]:
+    """The evaluation caption of a photo: its first sentence (assumed by us)."""
+    return [p.captions[0] for p in photos]

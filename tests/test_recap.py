@@ -12,8 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from harness.stages.recap import load_recap, main, write_subset
+from harness.config.recap import load_recap
+from harness.stages.recap import main
 from prh.recap import RecapConfig, RecapError, check_shards, iter_subset, list_shards
+from prh.recap_subset import write_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 # shard -> rows (key, alt-text, recaption): 3 + 4 + 2 = 9 images; row 4 has no alt-text, row 6

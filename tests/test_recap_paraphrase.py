@@ -14,8 +14,8 @@ import torch
 import yaml
 from reference_parts import minilm_dir
 
+from harness.config.recap import configs
 from harness.stages.recap_paraphrase import main as paraphrase_main
-from harness.stages.recap_train import configs
 from prh.paraphrase import DEFAULT_PROMPT, PARAPHRASE
 from prh.stream import StreamData
 from prh.tokenizer import Tokenizer

@@ -70,7 +70,7 @@ def test_each_snapshot_is_scored_at_its_best_layer_pair_by_brute_force(
     subsample's score (Appendix C's protocol, here 25 of 32 items) recomputed from scratch; the
     runs' setups as the audit matches them."""
     from harness.config.reference import load_reference
-    from harness.stages.reference import vision_layers
+    from harness.data.benchmarks import vision_layers
     from prh.wit import read_wit
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -81,9 +81,14 @@ def check_web_text(params: Path) -> str:
     """The recap profile's inputs checked before any stage: its sections, every arm's config,
     the scoring benchmarks' data and the footers of the shards the subset reads
     (prh.recap.check_shards). Returns the pipeline file."""
-    from harness.stages.recap import load_recap
-    from harness.stages.recap_score import check_inputs, read_score
-    from harness.stages.recap_train import configs, read_section, runs_of
+    from harness.config.recap import (
+        check_inputs,
+        configs,
+        load_recap,
+        read_score,
+        read_section,
+        runs_of,
+    )
     from prh.recap import check_shards
 
     cfg = load_recap(params)

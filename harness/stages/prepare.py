@@ -8,14 +8,8 @@ from typing import Any
 
 from harness.config.params import Params
 from harness.stages.common import fail, preflight, stage_parser
-from prh.io import ContractError, atomic_dir, file_sha256, write_json
-
-DATA_HASH_CHARS = 16  # the data hash shown in tags and results (a prefix of the file's sha256)
-
-
-def data_hash(path: Path) -> str:
-    """The caption file's identity in results and MLflow tags: its sha256, first 16 hex."""
-    return file_sha256(path)[:DATA_HASH_CHARS]
+from prh.data import data_hash
+from prh.io import ContractError, atomic_dir, write_json
 
 
 def check_views_fit(params: Params, photos: list[Any], tokenizer: Any, path: Path) -> None:

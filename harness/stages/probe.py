@@ -66,9 +66,9 @@ def run_differences(first: dict[str, Any], second: dict[str, Any]) -> dict[str, 
 def train_and_score(cfg: Any, photos: dict[str, list], tokenizer: Any, image: dict,
                     work: Path, k: int) -> dict[str, Any]:
     """Train one short run in `work`, embed the fit and test captions, score the alignment."""
-    from harness.stages.train import eval_captions
     from prh.align import score_alignment
     from prh.checkpoint import read_checkpoint
+    from prh.data import eval_captions
     from prh.encode_text import load_text_encoder
     from prh.train import train_text_encoder
 

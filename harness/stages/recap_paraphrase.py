@@ -10,24 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.config.recap import encoder_cut, load_paraphrase
 from harness.stages.common import fail, stage_parser
-from prh.io import ContractError, atomic_dir, read_yaml, write_json
-
-
-def load_paraphrase(path: Path) -> Any:
-    """params.yaml's `recap.paraphrase` (prh.paraphrase.ParaphraseConfig), its source checked
-    against recap.sources."""
-    from harness.stages.recap import load_recap
-    from prh.paraphrase import ParaphraseConfig
-
-    cfg = ParaphraseConfig.from_dict((read_yaml(path, "run from the repository root")
-                                      .get("recap") or {}).get("paraphrase"),
-                                     f"{path}: recap.paraphrase")
-    names = [name for name, _ in load_recap(path).sources]
-    if cfg.source not in names:
-        raise ContractError(f"{path}: recap.paraphrase.source {cfg.source!r} is not one of "
-                            f"recap.sources {names}")
-    return cfg
+from prh.io import ContractError, atomic_dir, write_json
 
 
 def write_paraphrase(cfg: Any, subset: Path, out: Path, cut: int) -> dict[str, Any]:
@@ -36,9 +21,9 @@ def write_paraphrase(cfg: Any, subset: Path, out: Path, cut: int) -> dict[str, A
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from harness.stages.recap import tokenize
     from prh.features import identity
     from prh.paraphrase import PARAPHRASE, load_generator, paraphrase
+    from prh.recap_subset import tokenize
     from prh.tokenizer import Tokenizer
 
     model, generator_tokenizer = load_generator(cfg)  # before any text is read
@@ -69,7 +54,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the paraphrase source's folder")
     args = parser.parse_args(argv)
     from harness.records.schemas import RECAP_PARAPHRASE
-    from harness.stages.recap import encoder_cut
 
     try:
         cfg, cut = load_paraphrase(args.params), encoder_cut(args.params)

@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, required=True, help="the PDF report to write")
     args = parser.parse_args(argv)
+    from harness.config.recap import read_section, runs_of
     from harness.records.runfile import run_name
     from harness.records.schemas import (
         AUDIT,
@@ -37,7 +38,6 @@ def main(argv: list[str]) -> int:
     )
     from harness.report.recap import recap_context
     from harness.report.render import render, source_date, write_pdf
-    from harness.stages.recap_train import read_section, runs_of
 
     try:
         names = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]

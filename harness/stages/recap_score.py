@@ -15,52 +15,12 @@ so after replacing either run `dvc repro -f pipelines/recap/dvc.yaml:recap_score
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
+from harness.config.recap import check_inputs, read_score
 from harness.stages.common import fail, stage_parser
-from prh.io import ContractError, read_yaml, write_json
-
-BENCHMARKS = ("wit1024", "flickr30k")
-
-
-def read_score(path: Path) -> tuple[str, ...]:
-    """params.yaml's `recap.score`: the benchmarks, each once, in BENCHMARKS."""
-    names = (read_yaml(path, "run from the repository root").get("recap") or {}).get("score")
-    if not isinstance(names, list) or not set(names) <= set(BENCHMARKS) \
-            or len(set(names)) != len(names):
-        raise ContractError(f"{path}: recap.score: a list of distinct benchmarks from "
-                            f"{list(BENCHMARKS)} ([] trains without scoring), got {names!r}")
-    return tuple(names)
-
-
-def check_inputs(path: Path, names: tuple[str, ...]) -> Any:
-    """The wit1024 section (harness.config.reference) when a benchmark is named, its inputs
-    for those benchmarks checked present; None when none is."""
-    from harness.config.reference import FLICKR_SPLITS, load_reference
-
-    if not names:
-        return None
-    cfg = load_reference(path)
-    cfg = dataclasses.replace(cfg, vision=cfg.vision[:1])  # the paper's reference encoder
-    missing = []
-    if "wit1024" in names:
-        missing += [p for p in (cfg.data, cfg.vision[0].weights) if not p.exists()]
-    if "flickr30k" in names:
-        if cfg.flickr is None:
-            raise ContractError(f"{path}: recap.score names flickr30k and wit1024.flickr is "
-                                "not set; set it ({dataset, image}, after the flickr30k "
-                                "profile's image stage) or drop flickr30k from recap.score")
-        missing += [p for p in (cfg.flickr.dataset,
-                                *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS))
-                    if not p.exists()]
-    if missing:
-        raise ContractError(f"{path}: recap.score {list(names)} needs "
-                            + ", ".join(str(p) for p in missing) + ", missing; download WIT-1024 "
-                            "and DINOv2 (README, \"Public encoders on WIT-1024\"), or set "
-                            "recap.score: [] to train without scoring")
-    return cfg
+from prh.io import ContractError, write_json
 
 
 def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any, flickr: Any,
@@ -70,8 +30,8 @@ def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any, flickr: Any,
     layer pair of all items), for the audit's paired intervals."""
     import torch
 
+    from harness.data.benchmarks import flickr_recall, item_interval
     from harness.records.reference import metric_key
-    from harness.stages.reference import flickr_recall, item_interval
     from prh.encode_text import load_snapshot, make_encode, make_layer_encode
     from prh.layers import LayerAlignment, clip_outliers
     from prh.metrics import mutual_knn_subsamples
@@ -119,11 +79,11 @@ def main(argv: list[str]) -> int:
                         help="the recap_train stages' folders' parent (runs/recap)")
     parser.add_argument("--out", type=Path, required=True, help="the scores JSON")
     args = parser.parse_args(argv)
+    from harness.config.recap import read_section, runs_of
+    from harness.data.benchmarks import read_flickr, vision_layers, wit_digest
     from harness.records.runfile import run_name
     from harness.records.schemas import RECAP_SCORES
     from harness.report.recap import score
-    from harness.stages.recap_train import read_section, runs_of
-    from harness.stages.reference import read_flickr, vision_layers, wit_digest
     from prh.metrics import SUBSAMPLE_DRAWS, subsample_indices
     from prh.wit import WitError, read_wit
 

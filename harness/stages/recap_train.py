@@ -9,92 +9,16 @@ encoder on both; `samples` replaces epochs)."""
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from harness.config.recap import BY_SAMPLES, configs
 from harness.records.runfile import run_name
 from harness.records.schemas import RECAP_RUN
 from harness.stages.common import add_arm_arg, fail, stage_parser
-from harness.stages.recap import load_recap
-from harness.stages.recap_paraphrase import load_paraphrase
 from prh.io import ContractError, atomic_dir, read_json, write_json
-from prh.paraphrase import PARAPHRASE
-
-KNOWN = {"arms", "seeds", "sources", "samples", "warmup_samples", "first_checkpoint",
-         "per_decade", "save_every", "encoder"}
-BY_SAMPLES = ("epochs", "warmup_epochs", "eval_every")  # a stream counts samples instead
-
-
-def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """params.yaml's `recap.train` (from `raw`, the file already read, when given), its keys
-    checked (the values by the configs built from it)."""
-    from harness.config.params import check_seeds, read_top_level
-
-    raw = read_top_level(path) if raw is None else raw
-    train = (raw.get("recap") or {}).get("train")
-    if not isinstance(train, Mapping):
-        raise ContractError(f"{path}: recap.train is missing; it holds {sorted(KNOWN)}")
-    unknown, missing = sorted(set(train) - KNOWN), sorted(KNOWN - {"encoder"} - set(train))
-    if unknown or missing:
-        raise ContractError(f"{path}: recap.train: unknown key(s) {unknown}, missing key(s) "
-                            f"{missing}; the keys are {sorted(KNOWN)}")
-    check_seeds(train["seeds"], f"{path}: recap.train.seeds")
-    counted = sorted(set(train.get("encoder") or {}) & set(BY_SAMPLES))
-    if counted:
-        raise ContractError(f"{path}: recap.train.encoder sets {counted}; a web-text run is "
-                            "counted in samples: set recap.train.samples and warmup_samples")
-    return dict(train)
-
-
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for key, value in over.items():
-        out[key] = (_merged(out[key], value) if isinstance(value, Mapping)
-                    and isinstance(out.get(key), Mapping) else copy.deepcopy(value))
-    return out
-
-
-def runs_of(train: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """Every (arm, seed) of a checked `recap.train` section, arms first."""
-    return [(arm, seed) for arm in train["arms"] for seed in train["seeds"]]
-
-
-def configs(path: Path, arm: str, seed: int) -> tuple[Any, Any]:
-    """(TrainConfig, StreamConfig) of `arm`'s web-text run with `seed`."""
-    from harness.config.params import read_top_level
-    from prh.stream import StreamConfig
-    from prh.train_config import TrainConfig
-
-    raw = read_top_level(path)
-    train = read_section(path, raw)
-    base = (raw.get("flickr30k") or {}).get("train") or {}
-    section = _merged({k: v for k, v in base.items() if k not in BY_SAMPLES},
-                      train.get("encoder") or {})
-    try:
-        cfg = TrainConfig.from_dict({**section, "arm": arm, "seed": seed})
-        stream = StreamConfig(sources=tuple(train["sources"]), samples=train["samples"],
-                              warmup_samples=train["warmup_samples"],
-                              first_checkpoint=train["first_checkpoint"],
-                              per_decade=train["per_decade"], save_every=train["save_every"])
-    except (TypeError, ValueError) as e:
-        raise ContractError(f"{path}: recap.train: {e}") from e
-    stream.validate()
-    names = [name for name, _ in load_recap(path).sources]
-    if load_paraphrase(path).model is not None:
-        names.append(PARAPHRASE)
-    if not set(stream.sources) <= set(names):
-        raise ContractError(f"{path}: recap.train.sources {list(stream.sources)} names a source "
-                            f"that is not there ({names}); name one of recap.sources, or "
-                            f"{PARAPHRASE} with recap.paraphrase.model set")
-    if arm not in train["arms"] or seed not in train["seeds"]:
-        raise ContractError(f"{path}: recap.train has arms {train['arms']} and seeds "
-                            f"{train['seeds']}, without {arm!r} seed {seed}")
-    return cfg, stream
 
 
 def main(argv: list[str]) -> int:

@@ -10,8 +10,6 @@ collapsed layers (prh.layers.degenerate_layers) are recorded beside its scores."
 
 from __future__ import annotations
 
-import gc
-import hashlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.data.benchmarks import (
+    collapsed_note,
+    flickr_recall,
+    free_memory,
+    item_interval,
+    read_flickr,
+    vision_layers,
+    wit_digest,
+)
 from harness.records.reference import metric_key, pair_key, write_reference
 from harness.stages.common import fail, stage_parser, weights_path
 from prh.io import ContractError
@@ -27,7 +34,6 @@ if TYPE_CHECKING:  # the stage imports torch and scipy only once it runs (`--hel
     from harness.config.reference import ReferenceConfig
     from prh.coco import Coco
     from prh.sts import Sts
-    from prh.wit import Wit
 
 LANGUAGE = {
     "platonic-rep": "mask-weighted mean over tokens of every hidden state, embedding output "
@@ -51,28 +57,6 @@ PROTOCOL = {
                  "midranks) and zero-shot on the class sets (prh.zeroshot)"}
 
 
-def wit_digest(wit: Wit) -> str:
-    h = hashlib.sha256()
-    for text, image in zip(wit.texts, wit.images, strict=True):
-        h.update(text.encode())
-        h.update(hashlib.sha256(image).digest())
-    return h.hexdigest()[:16]
-
-
-def _free() -> None:
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _collapsed(info: dict[str, Any]) -> str:
-    bad = info["degenerate_layers"]
-    return (f"; COLLAPSED at layers {bad}: every cosine between items within float32 "
-            "rounding (random weights?), no verdict from its scores") if bad else ""
-
-
 def text_sides(cfg: ReferenceConfig, texts: list[str]) -> dict[str, dict[str, Any]]:
     """Every text model's config and tokenizer (no weights), its tokenizer exercised on the
     texts it will score: the size against the embedding table, the share of unknown tokens
@@ -87,51 +71,6 @@ def text_sides(cfg: ReferenceConfig, texts: list[str]) -> dict[str, dict[str, An
         print(f"reference: {t.name}: {side.facts['model_type']}, {side.facts['layers']} layers "
               f"x {side.facts['hidden']}, tokenizer of {side.facts['tokenizer_size']:,} tokens, "
               f"{share:.2%} of the scored tokens unknown")
-    return out
-
-
-def vision_layers(cfg: ReferenceConfig, wit: Wit | Coco
-                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    from prh.features import load_vision_model, vision_features
-    from prh.layers import clip_outliers, degenerate_layers
-
-    images = wit.decoded()
-    feats, infos = {}, {}
-    for v in cfg.vision:
-        start = time.perf_counter()
-        model, info = load_vision_model(v.timm, v.weights, v.image_size, v.precision, cfg.device)
-        x = vision_features(model, images, image_size=info["image_size"],
-                            batch_size=cfg.batch_size, device=cfg.device)
-        feats[v.name] = clip_outliers(x, cfg.q_outlier, cfg.clip_mode)
-        infos[v.name] = {**info, "degenerate_layers": degenerate_layers(feats[v.name]),
-                         "seconds": round(time.perf_counter() - start, 2)}
-        print(f"reference: {v.name}: {x.shape[1]} layers x {x.shape[2]} of {x.shape[0]} images "
-              f"in {infos[v.name]['seconds']:.1f} s" + _collapsed(infos[v.name]))
-        del model
-        _free()
-    return feats, infos
-
-
-def read_flickr(cfg: ReferenceConfig) -> dict[str, tuple[list[str], np.ndarray]] | None:
-    """Per split (train, val, test): the evaluation captions (each photo's first, as the train
-    stage's) and the image stage's embeddings of the same photos, ids checked; None when
-    `wit1024.flickr` is not set."""
-    if cfg.flickr is None:
-        return None
-    from harness.config.reference import FLICKR_SPLITS
-    from harness.stages.train import eval_captions
-    from prh.data import load_karpathy
-    from prh.io import check_same_ids, load_embeddings
-
-    corpus = load_karpathy(cfg.flickr.dataset)
-    out = {}
-    for split in FLICKR_SPLITS:
-        photos = corpus.split(split)
-        path = cfg.flickr.image / f"{split}.npz"
-        ids, emb, _ = load_embeddings(path)
-        check_same_ids(ids, np.array([p.id for p in photos]), str(path),
-                       f"{cfg.flickr.dataset} ({split})")
-        out[split] = (eval_captions(photos), emb)
     return out
 
 
@@ -219,7 +158,7 @@ def _class_images(pf: PairFreeInputs) -> dict[str, np.ndarray]:
                   f" (the benchmark scores {IN100_N:,}: a partial copy)"
                   if name == "in100" and len(cs.labels) != IN100_N else ""))
     del model
-    _free()
+    free_memory()
     return out
 
 
@@ -317,31 +256,6 @@ def _pairfree_arms(cfg: ReferenceConfig, flickr: dict[str, Any], pf: PairFreeInp
     return out
 
 
-def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> dict[str, Any]:
-    """Table 3's last column for one text encoder: R@1 on the test pairs of a map fitted on
-    every train pair and the val pairs (prh.align, ties against the true pair), with its
-    interval over the test pairs."""
-    from harness.stats.estimators import bootstrap_ci
-    from prh.align import fit_procrustes, image_to_text_recall
-
-    (tr_txt, tr_img), (va_txt, va_img), (te_txt, te_img) = (flickr[s] for s in
-                                                            ("train", "val", "test"))
-    txt = [encode(t) for t in (tr_txt, va_txt, te_txt)]
-    if txt[0].shape[1] > tr_img.shape[1]:
-        return {"skipped": f"text width {txt[0].shape[1]} exceeds the image width "
-                           f"{tr_img.shape[1]}: the map reduces images to the text width"}
-    pmap = fit_procrustes(np.concatenate([tr_img, va_img]), np.concatenate(txt[:2]))
-    hits = image_to_text_recall(pmap, te_img, txt[2])[1]
-    ci = bootstrap_ci(hits, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
-    return {"r_at_1": float(hits.mean()), "n_pairs": len(tr_txt) + len(va_txt),
-            "n_test": len(te_txt), "chance": 1 / len(te_txt),
-            "interval": {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
-                         "resamples": "the test pairs", "n_resamples": ci.n_resamples},
-            "per_pair": hits.astype(int).tolist(),  # each test pair's hit, for paired intervals
-            "pooling": "mean of the last hidden state over the attention mask",
-            "pairs": "every train photo and every val photo with its first caption"}
-
-
 def _text(cfg: ReferenceConfig, benches: dict[str, Any], sts: Sts | None,
           flickr: dict[str, Any] | None, pf: PairFreeInputs | None = None,
           class_img: dict[str, np.ndarray] | None = None
@@ -378,7 +292,7 @@ def _text(cfg: ReferenceConfig, benches: dict[str, Any], sts: Sts | None,
         print(f"reference: {t.name}: {x.shape[1]} layers x {x.shape[2]} of "
               + " and ".join(f"{len(d.texts)} {b} texts" for b, d in benches.items())
               + f" in {infos[t.name]['seconds']:.1f} s ({how['n_truncated']} cut at "
-              f"{lm.max_length} tokens)" + _collapsed(infos[t.name]))
+              f"{lm.max_length} tokens)" + collapsed_note(infos[t.name]))
         def last_layer(texts: list[str], lm: Any = lm) -> np.ndarray:
             return language_features(lm, texts, batch_size=cfg.batch_size, device=cfg.device,
                                      last_only=True)[0][:, 0]
@@ -397,7 +311,7 @@ def _text(cfg: ReferenceConfig, benches: dict[str, Any], sts: Sts | None,
                 f"{m} median {v['median']:.4f} over {v['n']} seeds"
                 for m, v in got["spread"].items()))
         del lm
-        _free()
+        free_memory()
     return feats, alt, infos, sts_out, flickr_out, pf_out
 
 
@@ -437,15 +351,6 @@ def _sts_arms(cfg: ReferenceConfig, sts: Sts, runs: dict[Path, dict[str, Any]]
         block["values"][str(run["seed"])] = rho
         print(f"reference: {folder.name}: STS-B Spearman {rho:.4f} ({run['profile']} profile)")
     return out
-
-
-def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
-    """The bootstrap interval of a best pair's score over the WIT items."""
-    from harness.stats.estimators import bootstrap_ci
-
-    ci = bootstrap_ci(per_item, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
-    return {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
-            "resamples": "the WIT items, at the best layer pair", "n_resamples": ci.n_resamples}
 
 
 def _other(cfg: ReferenceConfig, name: str, x: np.ndarray, y: np.ndarray, metric: str

@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.records.runfile import run_name
 from harness.stages.common import add_run_args, fail, preflight, stage_parser
-from harness.stages.prepare import data_hash
+from prh.data import data_hash, eval_captions
 from prh.io import (
     ContractError,
     atomic_dir,
@@ -25,11 +25,6 @@ from prh.io import (
     save_embeddings,
     write_json,
 )
-
-
-def eval_captions(photos: list[Any]) -> list[str]:
-    """The evaluation caption of a photo: its first sentence (assumed by us)."""
-    return [p.captions[0] for p in photos]
 
 
 def rows_of(ids: list[str], photos: list[Any]) -> list[int]:
