@@ -26,6 +26,14 @@ def mknn_name(k: int) -> str:
     return f"mknn{k}"
 
 
+HIT = "_hit"  # a per-pair outcome that is a hit (0/1) ends in it; the metric, its mean, does not
+
+
+def metric_of(outcome: str) -> str:
+    """The metric an outcome averages to: `r_at_1_hit` -> `r_at_1`, `mknn10` -> `mknn10`."""
+    return outcome.removesuffix(HIT)
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """` (did you mean 'x'?)` for the closest of `known` to a mistyped `name`, else ''."""
     hint = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)

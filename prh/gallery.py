@@ -25,7 +25,7 @@ import numpy as np
 
 from prh import metrics
 from prh.align import ProcrustesMap, image_to_text_recall, unit_or_zero
-from prh.config import mknn_name
+from prh.config import metric_of, mknn_name
 
 
 def check_photo_index(photo: np.ndarray, n: int, n_captions: int) -> np.ndarray:
@@ -201,7 +201,7 @@ def _pool_outcomes(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, tx
            **score_captions(pmap, img, txt, photo, k)}
     if k < n:
         per[mknn_name(k)] = metrics.mutual_knn(img, txt_one, k)
-    return {key.removesuffix("_hit"): v for key, v in per.items()}
+    return {metric_of(key): v for key, v in per.items()}
 
 
 def _pool_chance(n: int, photo: np.ndarray, k: int, keys: Iterable[str]) -> dict[str, float]:
@@ -248,7 +248,7 @@ def gallery_curve(pmap: ProcrustesMap, img: np.ndarray, txt_one: np.ndarray, txt
             keep = np.isin(photo, sub)
             pool_photo = np.searchsorted(sub, photo[keep])
             if m == n and whole is not None:
-                per = {name: v for name, v in ((key.removesuffix("_hit"), v)
+                per = {name: v for name, v in ((metric_of(key), v)
                                                for key, v in whole.items())
                        if name in POOL_METRICS or name.startswith(mknn_name(k))}
             else:

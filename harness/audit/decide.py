@@ -35,11 +35,7 @@ def estimate_of(block: Mapping[str, Any]) -> TwoLevel:
     when results.json has none, one rebuilt from its test-pair interval (no training variance)."""
     tl = block.get("two_level")
     if tl:
-        se, df, method = float(tl["se"]), float(tl["df"]), str(tl["method"])
-        return TwoLevel(float(tl["estimate"]), se, df, int(tl["n_seeds"]), int(tl["n_pairs"]),
-                        int(tl["n_resamples"]), tl["seed_var"], float(tl["pair_var"]), method,
-                        float(tl.get("se_population", se)), float(tl.get("df_population", df)),
-                        str(tl.get("method_population", method)), tl.get("noise_var"))
+        return TwoLevel.from_dict(tl)
     lo, hi = block["ci"]
     level = float(block.get("ci_level", 0.95))
     n = int(block.get("n") or 2)

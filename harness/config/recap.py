@@ -1,8 +1,9 @@
-"""The web-text profile's readers of params.yaml's `recap` section (pipelines/recap/dvc.yaml):
-the subset (`recap`, prh.recap.RecapConfig), the paraphrase (`recap.paraphrase`), the runs
-(`recap.train`: its keys, every (arm, seed), each run's TrainConfig and StreamConfig over the
-flickr30k profile's train section) and the scoring (`recap.score`, with the wit1024 section's
-inputs). The recap stages, `harness run` and bench/recap.py read the section through here."""
+"""The web-text profile's readers of params.yaml (pipelines/recap/dvc.yaml): the subset
+(`recap`, prh.recap.RecapConfig), the paraphrase (`recap.paraphrase`), the runs (`recap.train`:
+its keys, every (arm, seed), each run's TrainConfig and StreamConfig over the flickr30k
+profile's train section), the scoring (`recap.score`, with the wit1024 section's inputs) and
+the audit's margins for its scores. The recap stages, the audit stage, `harness run` and
+bench/recap.py read them through here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.config.margins import load_margins
 from harness.config.params import check_seeds, read_top_level
 from prh.io import ContractError, read_yaml
 from prh.paraphrase import PARAPHRASE
@@ -162,3 +164,10 @@ def check_inputs(path: Path, names: tuple[str, ...]) -> Any:
                             "and DINOv2 (README, \"Public encoders on WIT-1024\"), or set "
                             "recap.score: [] to train without scoring")
     return cfg
+
+
+def web_text_margins(path: Path) -> dict[str, float]:
+    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
+    recap profile has none; its runs are scored at the paper's k)."""
+    audit_section = read_top_level(path).get("audit") or {}
+    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")

@@ -12,9 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prh.config import mknn_name
+from prh.config import metric_of, mknn_name
 
-HIT = "_hit"  # an outcome that is a hit (0/1 per pair) ends in it; its metric does not
 PAPER_K = 10  # the paper's mutual k-NN (Huh et al. 2024's k = 10)
 _MKNN = re.compile(r"^mknn(\d+)$")
 CONTROLS = ("control_random_map_r_at_1", "control_shuffled_r_at_1", "chance_r_at_1")
@@ -34,11 +33,6 @@ def knn_k(metric: str) -> int | None:
 def chance(metric: str) -> str:
     """The control holding `metric`'s chance level: `chance_r_at_1`, `chance_mknn10`."""
     return f"chance_{metric}"
-
-
-def metric_of(outcome: str) -> str:
-    """The metric an outcome averages to: `r_at_1_hit` -> `r_at_1`, `mknn10` -> `mknn10`."""
-    return outcome.removesuffix(HIT)
 
 
 def outcome_of(metric: str, outcomes: Iterable[str]) -> str | None:

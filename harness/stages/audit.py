@@ -18,6 +18,7 @@ from harness.audit.gate import (
     ungated,
 )
 from harness.config.params import load_params
+from harness.config.recap import web_text_margins
 from harness.records.schemas import RECAP_SCORES, REFERENCE, RESULTS, THEORY, Schema
 from harness.records.verdicts import family_line
 from harness.stages.common import fail, stage_parser
@@ -44,16 +45,6 @@ def data_label(profile: str, results: Any) -> str:
     if not warnings:
         return profile
     return f"{profile} variant ({len(warnings)} difference(s) from the published split)"
-
-
-def web_text_margins(path: Path) -> dict[str, float]:
-    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
-    recap profile has none; its runs are scored at the paper's k)."""
-    from harness.config.margins import load_margins
-    from harness.config.params import read_top_level
-
-    audit_section = read_top_level(path).get("audit") or {}
-    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -304,6 +305,16 @@ class TwoLevel:
                 "se_population": self.se_population, "df_population": self.df_population,
                 "ci_population": [pop.lo, pop.hi], "method_population": self.method_population,
                 "noise_var": self.noise_var}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TwoLevel:
+        """The estimate `to_dict` wrote (its intervals are recomputed, not read); an entry
+        written before the population fields existed reads them as the seeds-only ones."""
+        se, df, method = float(d["se"]), float(d["df"]), str(d["method"])
+        return cls(float(d["estimate"]), se, df, int(d["n_seeds"]), int(d["n_pairs"]),
+                   int(d["n_resamples"]), d["seed_var"], float(d["pair_var"]), method,
+                   float(d.get("se_population", se)), float(d.get("df_population", df)),
+                   str(d.get("method_population", method)), d.get("noise_var"))
 
 
 def _as_runs(x: np.ndarray, name: str) -> np.ndarray:
