@@ -109,6 +109,116 @@ def source_gaps(runs: dict[tuple[str, str], dict[str, Any]], sources: tuple[str,
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeInputs:
+    """What the probes read, checked before any training."""
+
+    params: Any
+    probe: ProbeConfig
+    k: int
+    tokenizer: Any
+    photos: dict[str, list]  # the train, val and test photos
+    image: dict[str, np.ndarray]  # the image stage's val and test embeddings
+    configs: dict[str, Any]  # each arm's TrainConfig at the probe's seed
+    texts: dict[str, list]  # each text source's training photos
+
+
+def load_inputs(args: Any) -> ProbeInputs:
+    """params.yaml's probe section, the photos, tokenizer and image embeddings (their ids
+    checked against the split), every arm's config and every text source; ContractError names
+    what is wrong."""
+    from prh.data import load_karpathy
+    from prh.io import check_same_ids, load_embeddings
+    from prh.tokenizer import Tokenizer
+    from prh.train_config import TrainConfig
+
+    params = preflight(args.params, args.dataset.parent)
+    probe = params.config(ProbeConfig, "probe")
+    corpus = load_karpathy(args.dataset, min_captions=1)
+    photos = {s: corpus.split(s) for s in ("train", "val", "test")}
+    image = {}
+    for split in ("val", "test"):
+        ids, image[split], _ = load_embeddings(args.image / f"{split}.npz")
+        check_same_ids(ids, np.array([p.id for p in photos[split]]),
+                       str(args.image / f"{split}.npz"), f"{args.dataset} {split} split")
+    return ProbeInputs(
+        params, probe, params.eval_config().k, Tokenizer.load(args.prepared / "tokenizer"),
+        photos, image,
+        {arm: params.config(TrainConfig, "train", arm=arm, seed=probe.seed)
+         for arm in probe.arms},
+        {s: load_karpathy(args.dataset, min_captions=1, source=s).split("train")
+         for s in probe.text_sources})  # a source missing from the file stops here
+
+
+def lambda_sweep(inp: ProbeInputs, scratch: Path) -> dict[tuple[str, float | None], dict]:
+    """Every JEPA arm at every probe lambda, next-token once: (arm, lambda) -> its run."""
+    runs = {}
+    for arm in inp.probe.arms:
+        for lamb in ((None,) if arm == "ntp" else inp.probe.lambdas):
+            runs[arm, lamb] = run = train_and_score(
+                short_config(inp.configs[arm], inp.probe, lamb), inp.photos, inp.tokenizer,
+                inp.image, scratch / f"{arm}-{lamb}", inp.k)
+            print(f"probe: {arm} lambda {lamb} R@1 {run['scores']['r_at_1']:.3f}", flush=True)
+    return runs
+
+
+def source_runs(inp: ProbeInputs, runs: dict, scratch: Path) -> dict[tuple[str, str], dict]:
+    """Good and bad views on each text source's texts: (source, views) -> its run; people's
+    pair is the sweep's when the epochs agree."""
+    from prh.data import PEOPLE
+
+    out = {}
+    for source, train_photos in inp.texts.items():
+        for views in ("good", "bad"):
+            at = inp.configs[views].lamb
+            reuse = runs.get((views, at)) if source == PEOPLE \
+                and inp.probe.source_epochs == inp.probe.epochs else None
+            out[source, views] = run = reuse or train_and_score(
+                short_config(inp.configs[views], dataclasses.replace(
+                    inp.probe, epochs=inp.probe.source_epochs), at),
+                {**inp.photos, "train": train_photos},
+                inp.tokenizer, inp.image, scratch / f"{source}-{views}", inp.k)
+            print(f"probe: {views} views on {source} texts R@1 {run['scores']['r_at_1']:.3f}",
+                  flush=True)
+    return out
+
+
+def run_probes(inp: ProbeInputs) -> dict[str, Any]:
+    """The three probes in a scratch folder: the probe file's body (PROBE schema)."""
+    import torch
+
+    probe, k = inp.probe, inp.k
+    shown = ("r_at_1", "r_at_5", names.mknn(k), "chance_r_at_1")
+    with tempfile.TemporaryDirectory(prefix="prh-probe-") as tmp:
+        scratch = Path(tmp)
+        runs = lambda_sweep(inp, scratch)
+        arm = probe.arms[0]
+        lamb = None if arm == "ntp" else inp.configs[arm].lamb
+        cfg = short_config(inp.configs[arm], probe, lamb)
+        first = runs.get((arm, lamb)) or train_and_score(
+            cfg, inp.photos, inp.tokenizer, inp.image, scratch / "first", k)
+        second = train_and_score(cfg, inp.photos, inp.tokenizer, inp.image, scratch / "repeat",
+                                 k)
+        by_source = source_runs(inp, runs, scratch)
+    diffs = run_differences(first, second)
+    return {
+        "probe": dataclasses.asdict(probe), "main_epochs": inp.configs[arm].epochs,
+        "lambda_sweep": [{"arm": a, "lamb": la, **{m: run["scores"][m] for m in shown}}
+                         for (a, la), run in runs.items()],
+        "determinism": {"arm": arm, "seed": probe.seed, "lamb": lamb, "epochs": probe.epochs,
+                        "device": ("cuda" if cfg.device == "auto" and torch.cuda.is_available()
+                                   else "cpu" if cfg.device == "auto" else cfg.device),
+                        "torch": torch.__version__, "max_abs_diff": diffs,
+                        "bit_identical": max(diffs.values()) == 0.0},
+        "text_sources": None if not inp.texts else {
+            "sources": list(inp.texts), "seed": probe.seed, "epochs": probe.source_epochs,
+            "lamb": {a: inp.configs[a].lamb for a in ("good", "bad")},
+            "rows": [{"source": s, "arm": a, **{m: by_source[s, a]["scores"][m] for m in shown}}
+                     for s in inp.texts for a in ("good", "bad")],
+            "gaps": source_gaps(by_source, tuple(inp.texts), {
+                "r_at_1": "r_at_1_hit", names.mknn(k): names.mknn(k)}, inp.params.eval_config())}}
+
+
 def main(argv: list[str]) -> int:
     """Train the probes of params.yaml's `probe` section on --dataset (tokenizer from
     --prepared, scored against --image) in a scratch folder; write the lambda sweep and the
@@ -119,89 +229,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--image", type=Path, required=True, help="image stage's folder")
     parser.add_argument("--out", type=Path, required=True, help="probe results, JSON")
     args = parser.parse_args(argv)
-    # imported after parsing, so `harness probe --help` answers at once
-    from prh.data import PEOPLE, load_karpathy
-    from prh.io import check_same_ids, load_embeddings
-    from prh.tokenizer import Tokenizer
-    from prh.train_config import TrainConfig
-
     try:
-        params = preflight(args.params, args.dataset.parent)
-        probe = params.config(ProbeConfig, "probe")
-        ev = params.eval_config()
-        corpus = load_karpathy(args.dataset, min_captions=1)
-        tokenizer = Tokenizer.load(args.prepared / "tokenizer")
-        photos = {s: corpus.split(s) for s in ("train", "val", "test")}
-        image = {}
-        for split in ("val", "test"):
-            ids, image[split], _ = load_embeddings(args.image / f"{split}.npz")
-            check_same_ids(ids, np.array([p.id for p in photos[split]]),
-                           str(args.image / f"{split}.npz"), f"{args.dataset} {split} split")
-        configs = {arm: params.config(TrainConfig, "train", arm=arm, seed=probe.seed)
-                   for arm in probe.arms}
-        texts = {s: load_karpathy(args.dataset, min_captions=1, source=s).split("train")
-                 for s in probe.text_sources}  # a source missing from the file stops here
+        inp = load_inputs(args)
     except ContractError as e:
         return fail(e)
-    if not probe.arms:
-        write_json(args.out, {"schema": str(PROBE), "profile": params.profile,
-                              "params_hash": params.hash, "skipped": "probe.arms is empty"})
+    head = {"schema": str(PROBE), "profile": inp.params.profile, "params_hash": inp.params.hash}
+    if not inp.probe.arms:
+        write_json(args.out, {**head, "skipped": "probe.arms is empty"})
         print("probe: off (probe.arms is empty in params.yaml)")
         return 0
-    sweep: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="prh-probe-") as scratch:
-        runs = {}
-        for arm in probe.arms:
-            for lamb in ((None,) if arm == "ntp" else probe.lambdas):
-                key = (arm, lamb)
-                runs[key] = train_and_score(short_config(configs[arm], probe, lamb), photos,
-                                            tokenizer, image, Path(scratch) / f"{arm}-{lamb}",
-                                            ev.k)
-                sweep.append({"arm": arm, "lamb": lamb, **{
-                    m: runs[key]["scores"][m] for m in ("r_at_1", "r_at_5", names.mknn(ev.k),
-                                                        "chance_r_at_1")}})
-                print(f"probe: {arm} lambda {lamb} R@1 {runs[key]['scores']['r_at_1']:.3f}",
-                      flush=True)
-        arm = probe.arms[0]
-        lamb = None if arm == "ntp" else configs[arm].lamb
-        cfg = short_config(configs[arm], probe, lamb)
-        first = runs.get((arm, lamb)) or train_and_score(
-            cfg, photos, tokenizer, image, Path(scratch) / "first", ev.k)
-        second = train_and_score(cfg, photos, tokenizer, image, Path(scratch) / "repeat", ev.k)
-        by_source = {}
-        for source, train_photos in texts.items():
-            for views in ("good", "bad"):
-                at = configs[views].lamb
-                reuse = runs.get((views, at)) if source == PEOPLE \
-                    and probe.source_epochs == probe.epochs else None
-                by_source[source, views] = reuse or train_and_score(
-                    short_config(configs[views], dataclasses.replace(
-                        probe, epochs=probe.source_epochs), at),
-                    {**photos, "train": train_photos},
-                    tokenizer, image, Path(scratch) / f"{source}-{views}", ev.k)
-                print(f"probe: {views} views on {source} texts R@1 "
-                      f"{by_source[source, views]['scores']['r_at_1']:.3f}", flush=True)
-    import torch
-
-    diffs = run_differences(first, second)
-    worst = max(diffs.values())
-    write_json(args.out, {
-        "schema": str(PROBE), "profile": params.profile, "params_hash": params.hash,
-        "probe": dataclasses.asdict(probe), "main_epochs": configs[probe.arms[0]].epochs,
-        "lambda_sweep": sweep,
-        "determinism": {"arm": arm, "seed": probe.seed, "lamb": lamb, "epochs": probe.epochs,
-                        "device": ("cuda" if cfg.device == "auto" and torch.cuda.is_available()
-                                   else "cpu" if cfg.device == "auto" else cfg.device),
-                        "torch": torch.__version__, "max_abs_diff": diffs,
-                        "bit_identical": worst == 0.0},
-        "text_sources": None if not texts else {
-            "sources": list(texts), "seed": probe.seed, "epochs": probe.source_epochs,
-            "lamb": {arm: configs[arm].lamb for arm in ("good", "bad")},
-            "rows": [{"source": s, "arm": arm, **{m: by_source[s, arm]["scores"][m] for m in (
-                "r_at_1", "r_at_5", names.mknn(ev.k), "chance_r_at_1")}}
-                for s in texts for arm in ("good", "bad")],
-            "gaps": source_gaps(by_source, tuple(texts), {
-                "r_at_1": "r_at_1_hit", names.mknn(ev.k): names.mknn(ev.k)}, ev)}})
+    doc = run_probes(inp)
+    write_json(args.out, {**head, **doc})
+    worst = max(doc["determinism"]["max_abs_diff"].values())
     print(f"probe: same seed twice, largest absolute difference {worst:.3g} "
           f"({'bit-identical' if worst == 0.0 else 'not bit-identical'})")
     return 0
