@@ -24,7 +24,7 @@ DEFAULT_PROMPT = ("Rewrite this image caption in your own words, as one sentence
 
 @dataclass(frozen=True)
 class ParaphraseConfig:
-    """params.yaml's `recap.paraphrase` (harness.stages.recap_paraphrase). `model`: a local
+    """params.yaml's `recap.paraphrase` (harness.config.recap). `model`: a local
     transformers folder, or None for no paraphrase source."""
 
     model: Path | None = None

@@ -39,7 +39,7 @@ class RecapError(ContractError):
 
 @dataclass(frozen=True)
 class RecapConfig:
-    """params.yaml's `recap` section (harness.stages.recap)."""
+    """params.yaml's `recap` section (harness.config.recap)."""
 
     data: Path
     images: int                                  # N: the first N rows of the canonical order

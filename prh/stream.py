@@ -43,7 +43,7 @@ class StreamError(ContractError):
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """params.yaml's `recap.train` run length and sources (harness.stages.recap_train).
+    """params.yaml's `recap.train` run length and sources (harness.config.recap_train).
 
     sources: whose texts a sample holds (recap.sources' names; Table 7 sets alt-text alone,
     alt-text with recaptions and recaptions alone against each other). samples: images drawn
@@ -141,7 +141,7 @@ class StreamData:
     @classmethod
     def open(cls, subset: Path, sources: Sequence[str],
              paraphrase: Path | None = None) -> StreamData:
-        """The subset folder's tokenised texts (harness.stages.recap writes them), and the
+        """The subset folder's tokenised texts (prh.recap_subset writes them), and the
         paraphrase source's beside them when `paraphrase` holds it
         (harness.stages.recap_paraphrase)."""
         import datasets

@@ -13,6 +13,7 @@ PACKAGES = ("prh", "harness")
 DATA_FILES = {"harness/audit/claims.yaml": "harness/audit/claims.py",
               "harness/audit/rerun_paths.yaml": "harness/audit/paths.py",
               "harness/config/provenance.yaml": "harness/config/provenance.py",
+              "harness/audit/public_setups.yaml": "harness/audit/setting.py",
               "reports/templates": "harness/report/render.py",
               "prh/in100_wnids.txt": "prh/classsets.py"}
 ENTRY = "harness/cli.py"  # the `harness` command dispatches every stage

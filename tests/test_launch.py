@@ -111,7 +111,7 @@ def one_process_account(repo, arm, out, batch):
     """`arm`'s account trained in this process alone with a batch of `batch` samples."""
     import dataclasses
 
-    from harness.config.recap import configs
+    from harness.config.recap_train import configs
     from prh.stream import StreamData
     from prh.tokenizer import Tokenizer
     from prh.train_stream import train_stream

@@ -14,7 +14,7 @@ import torch
 import yaml
 from reference_parts import minilm_dir
 
-from harness.config.recap import configs
+from harness.config.recap_train import configs
 from harness.stages.recap_paraphrase import main as paraphrase_main
 from prh.paraphrase import DEFAULT_PROMPT, PARAPHRASE
 from prh.stream import StreamData

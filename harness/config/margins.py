@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.records import names
@@ -89,3 +90,12 @@ def load_margins(raw: Any, where: str = "params.yaml audit.margin",
                               "(an equivalence margin of 0 can never be met)")
         out[metric] = float(value)
     return out
+
+
+def web_text_margins(path: Path) -> dict[str, float]:
+    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
+    recap profile has none; its runs are scored at the paper's k)."""
+    from harness.config.params import read_top_level  # params reads the margins through here
+
+    audit_section = read_top_level(path).get("audit") or {}
+    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")

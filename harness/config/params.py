@@ -26,7 +26,7 @@ TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depen
 PROFILES = ("world", "flickr30k")
 SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination")
 EVAL_ONLY = ("wit1024",)  # evaluation-only profiles, each one section (harness.config.reference)
-WEB_TEXT = ("recap",)  # the web-text profile's data section (prh.recap, harness.stages.recap)
+WEB_TEXT = ("recap",)  # the web-text profile's data section (prh.recap, harness.config.recap)
 TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES, *EVAL_ONLY, *WEB_TEXT)
 AUDIT_KEYS = ("margin",)
 

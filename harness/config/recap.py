@@ -1,22 +1,18 @@
 """The web-text profile's readers of params.yaml (pipelines/recap/dvc.yaml): the subset
-(`recap`, prh.recap.RecapConfig), the paraphrase (`recap.paraphrase`), the runs (`recap.train`:
-its keys, every (arm, seed), each run's TrainConfig and StreamConfig over the flickr30k
-profile's train section), the scoring (`recap.score`, with the wit1024 section's inputs) and
-the audit's margins for its scores. The recap stages, the audit stage, `harness run` and
-bench/recap.py read them through here."""
+(`recap`, prh.recap.RecapConfig), the paraphrase (`recap.paraphrase`), the runs' section
+(`recap.train`: its keys and every (arm, seed)) and the benchmarks scored (`recap.score`).
+Light on purpose: every recap stage imports it, and DVC reruns a stage when a module it
+imports changes; a run's configs are harness.config.recap_train's, the scoring inputs
+harness.config.reference's."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.config.margins import load_margins
 from harness.config.params import check_seeds, read_top_level
 from prh.io import ContractError, read_yaml
-from prh.paraphrase import PARAPHRASE
 
 
 def load_recap(path: Path) -> Any:
@@ -80,49 +76,9 @@ def read_section(path: Path, raw: Mapping[str, Any] | None = None) -> dict[str, 
     return dict(train)
 
 
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for key, value in over.items():
-        out[key] = (_merged(out[key], value) if isinstance(value, Mapping)
-                    and isinstance(out.get(key), Mapping) else copy.deepcopy(value))
-    return out
-
-
 def runs_of(train: Mapping[str, Any]) -> list[tuple[str, int]]:
     """Every (arm, seed) of a checked `recap.train` section, arms first."""
     return [(arm, seed) for arm in train["arms"] for seed in train["seeds"]]
-
-
-def configs(path: Path, arm: str, seed: int) -> tuple[Any, Any]:
-    """(TrainConfig, StreamConfig) of `arm`'s web-text run with `seed`."""
-    from prh.stream import StreamConfig
-    from prh.train_config import TrainConfig
-
-    raw = read_top_level(path)
-    train = read_section(path, raw)
-    base = (raw.get("flickr30k") or {}).get("train") or {}
-    section = _merged({k: v for k, v in base.items() if k not in BY_SAMPLES},
-                      train.get("encoder") or {})
-    try:
-        cfg = TrainConfig.from_dict({**section, "arm": arm, "seed": seed})
-        stream = StreamConfig(sources=tuple(train["sources"]), samples=train["samples"],
-                              warmup_samples=train["warmup_samples"],
-                              first_checkpoint=train["first_checkpoint"],
-                              per_decade=train["per_decade"], save_every=train["save_every"])
-    except (TypeError, ValueError) as e:
-        raise ContractError(f"{path}: recap.train: {e}") from e
-    stream.validate()
-    names = [name for name, _ in load_recap(path).sources]
-    if load_paraphrase(path).model is not None:
-        names.append(PARAPHRASE)
-    if not set(stream.sources) <= set(names):
-        raise ContractError(f"{path}: recap.train.sources {list(stream.sources)} names a source "
-                            f"that is not there ({names}); name one of recap.sources, or "
-                            f"{PARAPHRASE} with recap.paraphrase.model set")
-    if arm not in train["arms"] or seed not in train["seeds"]:
-        raise ContractError(f"{path}: recap.train has arms {train['arms']} and seeds "
-                            f"{train['seeds']}, without {arm!r} seed {seed}")
-    return cfg, stream
 
 
 BENCHMARKS = ("wit1024", "flickr30k")
@@ -138,36 +94,3 @@ def read_score(path: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def check_inputs(path: Path, names: tuple[str, ...]) -> Any:
-    """The wit1024 section (harness.config.reference) when a benchmark is named, its inputs
-    for those benchmarks checked present; None when none is."""
-    from harness.config.reference import FLICKR_SPLITS, load_reference
-
-    if not names:
-        return None
-    cfg = load_reference(path)
-    cfg = dataclasses.replace(cfg, vision=cfg.vision[:1])  # the paper's reference encoder
-    missing = []
-    if "wit1024" in names:
-        missing += [p for p in (cfg.data, cfg.vision[0].weights) if not p.exists()]
-    if "flickr30k" in names:
-        if cfg.flickr is None:
-            raise ContractError(f"{path}: recap.score names flickr30k and wit1024.flickr is "
-                                "not set; set it ({dataset, image}, after the flickr30k "
-                                "profile's image stage) or drop flickr30k from recap.score")
-        missing += [p for p in (cfg.flickr.dataset,
-                                *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS))
-                    if not p.exists()]
-    if missing:
-        raise ContractError(f"{path}: recap.score {list(names)} needs "
-                            + ", ".join(str(p) for p in missing) + ", missing; download WIT-1024 "
-                            "and DINOv2 (README, \"Public encoders on WIT-1024\"), or set "
-                            "recap.score: [] to train without scoring")
-    return cfg
-
-
-def web_text_margins(path: Path) -> dict[str, float]:
-    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
-    recap profile has none; its runs are scored at the paper's k)."""
-    audit_section = read_top_level(path).get("audit") or {}
-    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")

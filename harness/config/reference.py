@@ -4,6 +4,7 @@ is read and checked whole, paths included, before any model loads."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from harness.config.params import WEB_TEXT, ParamsError, _unknown, load_params, read_top_level
 from prh.calibrate import MIN_PERMUTATIONS
 from prh.features import DTYPES, PRECISIONS, PROTOCOLS
-from prh.io import read_yaml
+from prh.io import ContractError, read_yaml
 from prh.layers import CLIP_MODES, SCORE_PRECISIONS
 
 SECTION = "wit1024"
@@ -278,3 +279,30 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     return [str(p) for p in paths if not p.exists()] + [
         f"{p} (made by the image stage of a {PAIRFREE_PROFILE} run: `dvc repro image` "
         f"with `profile: {PAIRFREE_PROFILE}`)" for p in made if not p.exists()]
+
+
+def recap_score_inputs(path: Path, names: tuple[str, ...]) -> ReferenceConfig | None:
+    """For the web-text profile's scoring (`recap.score` names `names`): this section, its
+    inputs for those benchmarks checked present and its first vision encoder only (the
+    paper's reference); None when no benchmark is named."""
+    if not names:
+        return None
+    cfg = load_reference(path)
+    cfg = dataclasses.replace(cfg, vision=cfg.vision[:1])  # the paper's reference encoder
+    missing = []
+    if "wit1024" in names:
+        missing += [p for p in (cfg.data, cfg.vision[0].weights) if not p.exists()]
+    if "flickr30k" in names:
+        if cfg.flickr is None:
+            raise ContractError(f"{path}: recap.score names flickr30k and wit1024.flickr is "
+                                "not set; set it ({dataset, image}, after the flickr30k "
+                                "profile's image stage) or drop flickr30k from recap.score")
+        missing += [p for p in (cfg.flickr.dataset,
+                                *(cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS))
+                    if not p.exists()]
+    if missing:
+        raise ContractError(f"{path}: recap.score {list(names)} needs "
+                            + ", ".join(str(p) for p in missing) + ", missing; download WIT-1024 "
+                            "and DINOv2 (README, \"Public encoders on WIT-1024\"), or set "
+                            "recap.score: [] to train without scoring")
+    return cfg

@@ -81,20 +81,15 @@ def check_web_text(params: Path) -> str:
     """The recap profile's inputs checked before any stage: its sections, every arm's config,
     the scoring benchmarks' data and the footers of the shards the subset reads
     (prh.recap.check_shards). Returns the pipeline file."""
-    from harness.config.recap import (
-        check_inputs,
-        configs,
-        load_recap,
-        read_score,
-        read_section,
-        runs_of,
-    )
+    from harness.config.recap import load_recap, read_score, read_section, runs_of
+    from harness.config.recap_train import configs
+    from harness.config.reference import recap_score_inputs
     from prh.recap import check_shards
 
     cfg = load_recap(params)
     for arm, seed in runs_of(read_section(params)):
         configs(params, arm, seed)
-    check_inputs(params, read_score(params))  # the benchmarks' data, before hours of training
+    recap_score_inputs(params, read_score(params))  # the benchmarks' data, before hours of training
     check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
     return "pipelines/recap/dvc.yaml"
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.config.recap import check_inputs, read_score
+from harness.config.recap import read_score
+from harness.config.reference import recap_score_inputs
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, write_json
 
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
     try:
         names = read_score(args.params)
         runs = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]
-        cfg = check_inputs(args.params, names)
+        cfg = recap_score_inputs(args.params, names)
         snapshots = {run: sorted((args.runs_dir / run / "snapshots").glob("samples-*.pt"))
                      for run in runs}
         wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows) \

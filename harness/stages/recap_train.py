@@ -14,7 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-from harness.config.recap import BY_SAMPLES, configs
+from harness.config.recap import BY_SAMPLES
+from harness.config.recap_train import configs
 from harness.records.runfile import run_name
 from harness.records.schemas import RECAP_RUN
 from harness.stages.common import add_arm_arg, fail, stage_parser

@@ -416,6 +416,101 @@ def _coco_block(cfg: ReferenceConfig, coco: Coco, text: dict[str, np.ndarray],
             "alignment": _align(cfg, text, vision, collapsed, alt, ("mutual_knn",))}
 
 
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """Everything the stage scores, read and checked before a model's weights load."""
+
+    cfg: ReferenceConfig
+    benches: dict[str, Any]  # wit1024 (and coco): the items scored layer by layer
+    sts: Sts | None
+    flickr: dict[str, Any] | None
+    pf: PairFreeInputs | None
+    runs: dict[Path, dict[str, Any]]  # the trained arms' runs (`arms`)
+    sides: dict[str, dict[str, Any]]  # every text model's config and tokenizer facts
+
+
+def load_inputs(params: Path) -> ReferenceInputs:
+    """The section, every path, the data sets and every text model's tokenizer on its texts;
+    raises naming what is missing or wrong."""
+    from harness.config.reference import load_reference, missing_paths
+    from prh.coco import read_coco
+    from prh.sts import read_sts
+    from prh.wit import read_wit
+
+    cfg = load_reference(params)
+    missing = missing_paths(cfg)
+    if missing:
+        raise ContractError("missing input(s) named in the wit1024 section:\n  "
+                            + "\n  ".join(missing) + "\nDownload the data and models "
+                            "once (README, \"Public encoders on WIT-1024\"), make what a "
+                            "stage makes, and run again")
+    if cfg.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ContractError(f"{params}: wit1024.device is {cfg.device!r} and no "
+                                "CUDA device is visible; set it to cpu for a CPU run")
+    benches: dict[str, Any] = {"wit1024": read_wit(cfg.data, caption_idx=cfg.caption_idx,
+                                                   n_rows=cfg.n_rows)}
+    sts = read_sts(cfg.stsb) if cfg.stsb else None
+    flickr, pf, runs = read_flickr(cfg), read_pairfree(cfg, params), arm_runs(cfg)
+    if cfg.coco:
+        benches["coco"] = read_coco(cfg.coco.dataset, cfg.coco.images, split=cfg.coco.split,
+                                    n_rows=cfg.coco.n_rows, caption_idx=cfg.coco.caption_idx)
+    sides = text_sides(cfg, [t for d in benches.values() for t in d.texts])
+    return ReferenceInputs(cfg, benches, sts, flickr, pf, runs, sides)
+
+
+def inputs_line(inp: ReferenceInputs) -> str:
+    """What the stage read, in one line."""
+    cfg, pf = inp.cfg, inp.pf
+    return (f"reference: {len(inp.benches['wit1024'].texts)} WIT items from {cfg.data}"
+            + (f", {len(inp.benches['coco'].texts)} COCO {cfg.coco.split} pairs"
+               if cfg.coco else "")
+            + (f", {len(inp.sts.scores)} STS-B pairs" if inp.sts else "")
+            + (f", {sum(len(f[0]) for f in inp.flickr.values())} Flickr30k photos"
+               if inp.flickr else "")
+            + (f", pair-free pools of {len(pf.pool_captions)}, seeds "
+               f"{list(cfg.flickr.pairfree_seeds)}"
+               + "".join(f", {n} ({len(c.labels)} images)" for n, c in pf.classes.items())
+               if pf else ""))
+
+
+def score_all(inp: ReferenceInputs) -> dict[str, Any]:
+    """Every text model, then every vision model, then the alignments: the scores file."""
+    cfg, benches, sts, flickr, pf, runs = (inp.cfg, inp.benches, inp.sts, inp.flickr, inp.pf,
+                                           inp.runs)
+    class_img = _class_images(pf) if pf else {}
+    text, alt, text_info, sts_out, flickr_out, pf_out = _text(cfg, benches, sts, flickr, pf,
+                                                              class_img)
+    vision = {b: vision_layers(cfg, data) for b, data in benches.items()}
+    sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
+    pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr else {}
+    vision_info = vision["wit1024"][1]
+    collapsed = {name: info["degenerate_layers"]
+                 for name, info in (*text_info.items(), *vision_info.items())}
+    wit = benches["wit1024"]
+    doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
+                    "sha256": wit_digest(wit)},
+           "protocol": {**PROTOCOL, "language": LANGUAGE[cfg.protocol], "name": cfg.protocol,
+                        "score_precision": cfg.score_precision,
+                        "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
+                        "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
+                        "seed": cfg.seed},
+           "text": {n: {**inp.sides[n], **info} for n, info in text_info.items()},
+           "vision": vision_info,
+           "alignment": _align(cfg, text["wit1024"], vision["wit1024"][0], collapsed,
+                               alt["wit1024"]),
+           "sts": sts_out, "flickr": flickr_out,
+           "pair_free": pf_out, "pair_free_arms": pf_arms,
+           "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
+                       for n, c in (pf.classes.items() if pf else ())},
+           "sts_arms": sts_arms}
+    if cfg.coco:
+        doc["coco"] = _coco_block(cfg, benches["coco"], text["coco"], alt["coco"],
+                                  *vision["coco"])
+    return doc
+
+
 def main(argv: list[str]) -> int:
     """Score every text encoder of params.yaml's `wit1024` section against every vision encoder
     on WIT-1024 (and COCO, STS-B, Flickr30k when set); write the scores to --out. --check:
@@ -429,78 +524,21 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.out is None and not args.check:
         parser.error("--out is required (or --check)")
-    from harness.config.reference import load_reference, missing_paths
-    from prh.coco import CocoError, read_coco
+    from prh.coco import CocoError
     from prh.features import FeatureError
-    from prh.sts import StsError, read_sts
-    from prh.wit import WitError, read_wit
+    from prh.sts import StsError
+    from prh.wit import WitError
 
     try:
-        cfg = load_reference(args.params)
-        missing = missing_paths(cfg)
-        if missing:
-            raise ContractError("missing input(s) named in the wit1024 section:\n  "
-                                + "\n  ".join(missing) + "\nDownload the data and models "
-                                "once (README, \"Public encoders on WIT-1024\"), make what a "
-                                "stage makes, and run again")
-        if cfg.device.startswith("cuda"):
-            import torch
-            if not torch.cuda.is_available():
-                raise ContractError(f"{args.params}: wit1024.device is {cfg.device!r} and no "
-                                    "CUDA device is visible; set it to cpu for a CPU run")
-        wit = read_wit(cfg.data, caption_idx=cfg.caption_idx, n_rows=cfg.n_rows)
-        sts = read_sts(cfg.stsb) if cfg.stsb else None
-        flickr = read_flickr(cfg)
-        pf = read_pairfree(cfg, args.params)
-        runs = arm_runs(cfg)
-        benches: dict[str, Any] = {"wit1024": wit}
-        if cfg.coco:
-            benches["coco"] = read_coco(cfg.coco.dataset, cfg.coco.images, split=cfg.coco.split,
-                                        n_rows=cfg.coco.n_rows, caption_idx=cfg.coco.caption_idx)
-        sides = text_sides(cfg, [t for d in benches.values() for t in d.texts])
+        inp = load_inputs(args.params)
     except (ContractError, WitError, CocoError, StsError, FeatureError, ValueError) as e:
         return fail(e)
-    print(f"reference: {len(wit.texts)} WIT items from {cfg.data}"
-          + (f", {len(benches['coco'].texts)} COCO {cfg.coco.split} pairs" if cfg.coco else "")
-          + (f", {len(sts.scores)} STS-B pairs" if sts else "")
-          + (f", {sum(len(f[0]) for f in flickr.values())} Flickr30k photos" if flickr else "")
-          + (f", pair-free pools of {len(pf.pool_captions)}, seeds "
-             f"{list(cfg.flickr.pairfree_seeds)}"
-             + "".join(f", {n} ({len(c.labels)} images)" for n, c in pf.classes.items())
-             if pf else ""))
+    print(inputs_line(inp))
     if args.check:
         return 0
     try:
-        class_img = _class_images(pf) if pf else {}
-        text, alt, text_info, sts_out, flickr_out, pf_out = _text(cfg, benches, sts, flickr,
-                                                                  pf, class_img)
-        vision = {b: vision_layers(cfg, data) for b, data in benches.items()}
-        sts_arms = _sts_arms(cfg, sts, runs) if runs and sts else {}
-        pf_arms = _pairfree_arms(cfg, flickr, pf, class_img, runs) if runs and pf and flickr \
-            else {}
+        doc = score_all(inp)
     except (FeatureError, ContractError) as e:
         return fail(e)
-    vision_info = vision["wit1024"][1]
-    collapsed = {name: info["degenerate_layers"]
-                 for name, info in (*text_info.items(), *vision_info.items())}
-    doc = {"data": {"path": str(cfg.data), "n": len(wit.texts), "caption_idx": cfg.caption_idx,
-                    "sha256": wit_digest(wit)},
-           "protocol": {**PROTOCOL, "language": LANGUAGE[cfg.protocol], "name": cfg.protocol,
-                        "score_precision": cfg.score_precision,
-                        "clip": {"q": cfg.q_outlier, "mode": cfg.clip_mode},
-                        "k": cfg.k, "n_permutations": cfg.n_permutations, "alpha": cfg.alpha,
-                        "seed": cfg.seed},
-           "text": {n: {**sides[n], **info} for n, info in text_info.items()},
-           "vision": vision_info,
-           "alignment": _align(cfg, text["wit1024"], vision["wit1024"][0], collapsed,
-                               alt["wit1024"]),
-           "sts": sts_out, "flickr": flickr_out,
-           "pair_free": pf_out, "pair_free_arms": pf_arms,
-           "classes": {n: {"n": len(c.labels), "n_classes": len(c.names)}
-                       for n, c in (pf.classes.items() if pf else ())},
-           "sts_arms": sts_arms}
-    if cfg.coco:
-        doc["coco"] = _coco_block(cfg, benches["coco"], text["coco"], alt["coco"],
-                                  *vision["coco"])
     write_reference(args.out, doc)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,85 @@ def write_embeddings(out: Path, encode: Any, corpus: Any, meta: dict[str, Any]) 
                     emb_train[rows_of(ids_train, pool)], meta=meta)
 
 
+@dataclass(frozen=True)
+class TrainRun:
+    """One (arm, seed) training as the stage runs it: its inputs, checked, and its identity."""
+
+    params: Any
+    train: dict[str, Any]  # the config stage's train section for the arm
+    cfg: Any  # prh.train_config.TrainConfig
+    corpus: Any
+    tokenizer: Any
+    name: str
+    cfg_hash: str  # the config's identity, speed settings aside
+    corpus_hash: str
+    work: Path  # resumable checkpoints: a killed run on other captions is never resumed
+
+
+def load_run(args: Any) -> TrainRun:
+    """params.yaml, the tracking server (rank 0), the arm's train section, the captions and
+    the tokenizer, before any training; ContractError names what is wrong."""
+    from harness.config.runparams import arm_train_config
+    from harness.records.armtrain import read_arm_train
+    from harness.tracking import mlflow_runs as tracking
+    from prh.data import load_karpathy
+    from prh.tokenizer import Tokenizer
+    from prh.train_config import encoder_config, run_identity
+
+    params = preflight(args.params, args.dataset.parent)
+    if int(os.environ.get("RANK", "0")) == 0:
+        tracking.check_server()  # an unreachable server stops here, before training
+    train = read_arm_train(args.config, params, args.arm)
+    cfg = arm_train_config(params, args.arm, args.seed, train)
+    corpus = load_karpathy(args.dataset, min_captions=1)
+    tokenizer = Tokenizer.load(args.prepared / "tokenizer")
+    name = run_name(args.arm, args.seed)
+    cfg_hash = run_identity(cfg, encoder_config(cfg, tokenizer))[:12]
+    corpus_hash = data_hash(corpus.path)
+    return TrainRun(params, train, cfg, corpus, tokenizer, name, cfg_hash, corpus_hash,
+                    args.work / f"{name}-{cfg_hash}-{corpus_hash[:8]}")
+
+
+def train_and_write(args: Any, run: TrainRun) -> str:
+    """Train (resuming from the work folder) under one MLflow run, embed, write --out; remove
+    the work folder; return the MLflow run's id."""
+    from harness.config.runparams import run_params
+    from harness.tracking import mlflow_runs as tracking
+    from harness.tracking.fingerprint import environment_fingerprint
+    from prh.encode_text import load_text_encoder
+    from prh.train import train_text_encoder
+    from prh.train_config import resolve
+
+    fit, test = run.corpus.split("val"), run.corpus.split("test")
+    resolved = resolve(run.cfg, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun sets it
+    env = environment_fingerprint()
+    ids = {"train_hash": run.params.train_hash(args.arm, run.train),
+           "data_hash": run.corpus_hash, "config_hash": run.cfg_hash}
+    tags = {"arm": args.arm, "seed": args.seed, "profile": run.params.profile,
+            "dvc_stage": f"train@{args.arm}-{args.seed}", **ids, "lamb_used": resolved.lamb,
+            "effective_sigreg_weight": resolved.effective_sigreg_weight, **tracking.git_state(),
+            **{f"env.{k}": v for k, v in env.items()}}
+    logged = run_params(run.params, args.arm, args.seed, run.cfg)  # views.max_len = max_len
+    with tracking.tracked_run(run.name, logged, tags, resume=run.work / "mlflow_run_id") as ml:
+        train_text_encoder(run.cfg, run.corpus.split("train"), run.tokenizer, run.work,
+                           eval_hook=make_eval_hook(args.image, fit, test),
+                           on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch),
+                           val_texts=eval_captions(fit))  # the fit pairs' captions
+        encode = load_text_encoder(run.work)
+        with atomic_dir(args.out) as tmp:
+            write_embeddings(tmp, encode, run.corpus, {"arm": args.arm, "seed": args.seed})
+            for item in ("checkpoint.pt", "curve.json", "config.json"):
+                shutil.copy2(run.work / item, tmp / item)
+            tracking.log_artifacts([run.work / "config.json", run.work / "curve.json"])
+            write_json(tmp / "run.json", {
+                "arm": args.arm, "seed": args.seed, "profile": run.params.profile,
+                "mlflow_run_id": ml.info.run_id, **ids,
+                "effective_sigreg_weight": resolved.effective_sigreg_weight,
+                "environment": env, **tracking.git_state()})
+    shutil.rmtree(run.work, ignore_errors=True)
+    return ml.info.run_id
+
+
 def main(argv: list[str]) -> int:
     """Train --arm for --seed on --dataset's train split with --config's train section
     (tokenizer from --prepared, per-epoch curves against --image), checkpointing under --work;
@@ -89,67 +169,15 @@ def main(argv: list[str]) -> int:
                         help="resumable checkpoints, outside DVC's outputs")
     parser.add_argument("--out", type=Path, required=True, help="this run's text folder")
     args = parser.parse_args(argv)
-    # imported after parsing, so `harness train --help` answers at once
-    from harness.config.runparams import arm_train_config, run_params
-    from harness.records.armtrain import read_arm_train
-    from harness.tracking import mlflow_runs as tracking
-    from harness.tracking.fingerprint import environment_fingerprint
-    from prh.data import load_karpathy
-    from prh.encode_text import load_text_encoder
-    from prh.tokenizer import Tokenizer
-    from prh.train import train_text_encoder
-    from prh.train_config import encoder_config, resolve, run_identity
-
     try:
-        params = preflight(args.params, args.dataset.parent)
-        if int(os.environ.get("RANK", "0")) == 0:
-            tracking.check_server()  # an unreachable server stops here, before training
-        train = read_arm_train(args.config, params, args.arm)
-        cfg = arm_train_config(params, args.arm, args.seed, train)
-        corpus = load_karpathy(args.dataset, min_captions=1)
-        tokenizer = Tokenizer.load(args.prepared / "tokenizer")
+        run = load_run(args)
     except ContractError as e:
         return fail(e)
-    name = run_name(args.arm, args.seed)
-    cfg_hash = run_identity(cfg, encoder_config(cfg, tokenizer))[:12]  # speed settings aside
-    corpus_hash = data_hash(corpus.path)
-    # a checkpoint left by a killed run on other captions is never resumed: another folder
-    work = args.work / f"{name}-{cfg_hash}-{corpus_hash[:8]}"
-    fit, test = corpus.split("val"), corpus.split("test")
-    resolved = resolve(cfg, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun sets it
-    env = environment_fingerprint()
-    tags = {"arm": args.arm, "seed": args.seed, "profile": params.profile,
-            "dvc_stage": f"train@{args.arm}-{args.seed}",
-            "train_hash": params.train_hash(args.arm, train),
-            "data_hash": corpus_hash, "config_hash": cfg_hash,
-            "lamb_used": resolved.lamb,
-            "effective_sigreg_weight": resolved.effective_sigreg_weight, **tracking.git_state(),
-            **{f"env.{k}": v for k, v in env.items()}}
     if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 tracks and writes outputs
-        train_text_encoder(cfg, corpus.split("train"), tokenizer, work)
+        from prh.train import train_text_encoder
+
+        train_text_encoder(run.cfg, run.corpus.split("train"), run.tokenizer, run.work)
         return 0
-    logged = run_params(params, args.arm, args.seed, cfg)  # as used: views.max_len = max_len
-    with tracking.tracked_run(name, logged, tags, resume=work / "mlflow_run_id") as run:
-        train_text_encoder(cfg, corpus.split("train"), tokenizer, work,
-                           eval_hook=make_eval_hook(args.image, fit, test),
-                           on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch),
-                           val_texts=eval_captions(fit))  # the fit pairs' captions
-        encode = load_text_encoder(work)
-        with atomic_dir(args.out) as tmp:
-            write_embeddings(tmp, encode, corpus, {"arm": args.arm, "seed": args.seed})
-            for item in ("checkpoint.pt", "curve.json", "config.json"):
-                shutil.copy2(work / item, tmp / item)
-            tracking.log_artifacts([work / "config.json", work / "curve.json"])
-            write_json(tmp / "run.json", {"arm": args.arm, "seed": args.seed,
-                                          "profile": params.profile,
-                                          "mlflow_run_id": run.info.run_id,
-                                          "train_hash": params.train_hash(args.arm, train),
-                                          "data_hash": corpus_hash,
-                                          "config_hash": cfg_hash,
-                                          "effective_sigreg_weight":
-                                              resolved.effective_sigreg_weight,
-                                          "environment": env,
-                                          **tracking.git_state()})
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"train: {name} done (MLflow run {run.info.run_id})")
+    run_id = train_and_write(args, run)
+    print(f"train: {run.name} done (MLflow run {run_id})")
     return 0
