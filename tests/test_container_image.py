@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +55,8 @@ class Podman:
         where.mkdir(parents=True)
         self.where, self.conf = where, where / "containers.conf"
         self.conf.write_text(engine_conf())
-        self.flags = ["--root", str(where / "storage"), "--runroot", str(where / "run")]
+        self.runroot = Path(tempfile.mkdtemp(prefix="prh-podman-"))  # podman: 50 chars at most
+        self.flags = ["--root", str(where / "storage"), "--runroot", str(self.runroot)]
 
     def __call__(self, *args: str, timeout: int = 900, check: bool = True,
                  **kw) -> subprocess.CompletedProcess:
@@ -146,12 +148,14 @@ def engine(tmp_path) -> Iterator[Podman]:
             podman("import", "-q", "-", BASE, stdin=tar.stdout)
         finally:
             tar.stdout.close()
-            assert tar.wait() == 0
+            tar_exit = tar.wait()
+        assert tar_exit == 0, f"tar of {rootfs} exited {tar_exit}"
         shutil.rmtree(rootfs)
         yield podman
     finally:
         podman("system", "reset", "--force", check=False)
         shutil.rmtree(podman.where, ignore_errors=True)
+        shutil.rmtree(podman.runroot, ignore_errors=True)
 
 
 BASE, IMAGE = "localhost/prh-test-base:bookworm", "localhost/prh-rerun:test"
