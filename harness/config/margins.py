@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from harness.records import names
@@ -63,7 +62,6 @@ class MarginError(ContractError):
     """A margin in params.yaml's `audit.margin` is unknown or not above 0."""
 
 
-
 def load_margins(raw: Any, where: str = "params.yaml audit.margin",
                  k: int = names.PAPER_K) -> dict[str, float]:
     """`audit: {margin: {metric: value}}` of params.yaml over `default_margins(k)` (k: the
@@ -92,10 +90,3 @@ def load_margins(raw: Any, where: str = "params.yaml audit.margin",
     return out
 
 
-def web_text_margins(path: Path) -> dict[str, float]:
-    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
-    recap profile has none; its runs are scored at the paper's k)."""
-    from harness.config.params import read_top_level  # params reads the margins through here
-
-    audit_section = read_top_level(path).get("audit") or {}
-    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")

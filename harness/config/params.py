@@ -317,3 +317,10 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in obj.items():
         out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def web_text_margins(path: Path) -> dict[str, float]:
+    """params.yaml's `audit.margin` over the defaults, read without a training profile (the
+    recap profile has none; its runs are scored at the paper's k)."""
+    audit_section = read_top_level(path).get("audit") or {}
+    return load_margins(audit_section.get("margin"), f"{path}: audit.margin")

@@ -17,8 +17,7 @@ from harness.audit.gate import (
     report_gate,
     ungated,
 )
-from harness.config.margins import web_text_margins
-from harness.config.params import load_params
+from harness.config.params import load_params, web_text_margins
 from harness.records.schemas import RECAP_SCORES, REFERENCE, RESULTS, THEORY, Schema
 from harness.records.verdicts import family_line
 from harness.stages.common import fail, stage_parser
