@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # the benchmarks run end to end: .ci/run's pipeline section
 def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
     out = tmp_path / "matrix.json"
     proc = subprocess.run(
@@ -43,6 +44,7 @@ def test_gpu_bench_matrix_writes_figures_per_variant(tmp_path: Path) -> None:
     assert "projected 200-epoch Flickr30k arm" in proc.stdout
 
 
+@pytest.mark.slow
 def test_recap_bench_times_the_stream_step_and_projects_each_subset_size(tmp_path: Path) -> None:
     """bench/recap.py on a synthetic subset (tiny preset, CPU): the tokens/s it prints is its
     view tokens over its step time, and the projection is samples x view tokens per sample

@@ -11,6 +11,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import pytest
 import services
 
 from harness.tracking import mlflow_runs as tracking
@@ -25,6 +26,7 @@ def readme_ui_command() -> list[str]:
     return line.split()
 
 
+@pytest.mark.slow  # a real `mlflow ui` server: .ci/run's services section
 def test_the_images_mlflow_ui_on_the_runs_folder_serves_the_artifacts(tmp_path, monkeypatch):
     runs = tmp_path / "runs"  # /runs inside the container
     runs.mkdir()

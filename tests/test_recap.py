@@ -180,6 +180,7 @@ def recap_repo(tmp_path: Path, **recap: object) -> tuple[Path, dict]:
     return repo, raw
 
 
+@pytest.mark.slow  # dvc repro: .ci/run's pipeline section
 def test_dvc_repro_runs_the_subset_stage_and_reruns_it_only_when_recap_changes(tmp_path):
     from tiny_world import sh
 

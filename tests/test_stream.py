@@ -191,6 +191,7 @@ def _gloo_worker(rank: int, port: int, subset: str, out: str, arm: str) -> None:
                  Tokenizer.load(Path(subset) / "tokenizer"), Path(out) / f"rank{rank}")
 
 
+@pytest.mark.slow  # two processes per arm: .ci/run's pipeline section
 @pytest.mark.parametrize("arm", ["ntp", "good"])
 def test_a_two_process_gloo_run_reads_and_learns_as_one_process_on_the_global_batch(
         subset: Path, tmp_path: Path, arm: str) -> None:

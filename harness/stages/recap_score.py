@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.recap import read_score
-from harness.config.reference import recap_score_inputs
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, write_json
 
@@ -91,6 +90,8 @@ def main(argv: list[str]) -> int:
     try:
         names = read_score(args.params)
         runs = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]
+        from harness.config.reference import recap_score_inputs  # its readers import torch
+
         cfg = recap_score_inputs(args.params, names)
         snapshots = {run: sorted((args.runs_dir / run / "snapshots").glob("samples-*.pt"))
                      for run in runs}
