@@ -5,38 +5,18 @@ one-line exit that every stage shares, is not a stage)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from stage_deps import imported  # every import, lazy ones too (test_stage_deps checks it)
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {p.stem for p in (ROOT / "harness" / "stages").glob("*.py")} - {"__init__", "common"}
 
 
-def imported(path: Path) -> set[str]:
-    """Every module an import statement of `path` names (`from a.b import c` names a.b and
-    a.b.c, since c may be a module)."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    return out
-
-
 def stage_imports(path: Path) -> set[str]:
     return {m for m in imported(path) if m.startswith("harness.stages.")
             and m.split(".")[2] in STAGES}
-
-
-def test_the_rules_see_an_import_inside_a_function(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from harness.stages.train import main\n"
-                      "    from harness.stages import probe\n")
-    assert stage_imports(module) == {"harness.stages.train", "harness.stages.train.main",
-                                     "harness.stages.probe"}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "prh").rglob("*.py")), ids=lambda p: p.name)
