@@ -27,7 +27,13 @@ Run: `.venv/bin/python bench/pairfree.py [--sizes 1000 2000 14500] [--clusters 3
   block: each solver's median wall time over up to `--repeats` runs (fewer once a block has
   used `--budget` seconds), the ratio scipy / lapjv (above 1: lapjv faster), the gap between
   the two optima and whether the pairs agree; and the CPU share the process got (a loaded
-  machine reads as a slow solver). About 2 minutes on two cores at the defaults.
+  machine reads as a slow solver). About 2 minutes on two cores at the defaults;
+- with `--against PATH` (a checkout of dominik-schnaus/unpaired-rosetta, which this project does
+  not ship; it needs torch): one whole fit by prh.pairfree and one by the benchmark's own
+  `WassersteinProcrustes` on the same pools (`--whole` rows a side, 12,000 by default, so the
+  rounds draw b of more rows and never stop early), at the same C, S, b, R and restart
+  workers, the process pinned to the first `--cores` CPUs for both: each one's wall time, the
+  CPU it got, and its FOSCTTM and R@1 on the same 1,000 held-out pairs.
 """
 
 from __future__ import annotations
@@ -85,9 +91,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=10.0,
                     help="seconds per block after which no further repeat starts")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="a checkout of unpaired-rosetta: time its fit beside ours")
+    ap.add_argument("--cores", type=int, default=0,
+                    help="with --against: pin to the first N CPUs (0: all this process has)")
     a = ap.parse_args()
     if a.solvers:
         return solvers(a)
+    if a.against:
+        return against(a)
     if a.whole:
         return whole(a)
     cfg = pairfree.PairFreeConfig(clusters=a.clusters, restarts=a.restarts, rounds=a.rounds)
@@ -144,6 +156,52 @@ def whole(a: argparse.Namespace) -> int:
     r1 = align.image_to_text_recall(pmap, xt, yt)[1].mean()
     print(f"  wall {t:,.0f} s ({t / 3600:.2f} h), {pmap.rounds} rounds; on 1,000 held-out pairs "
           f"FOSCTTM {foscttm_on_pairs(pmap, xt, yt):.4f}, R@1 {r1:.3f} (chance .001)")
+    return 0
+
+
+def against(a: argparse.Namespace) -> int:
+    """prh.pairfree's fit and the benchmark's on the same pools, constants and cores."""
+    import os
+
+    if not (a.against / "unpaired_rosetta" / "wasserstein_procrustes.py").is_file():
+        raise SystemExit(f"{a.against}: not a checkout of unpaired-rosetta (no "
+                         "unpaired_rosetta/wasserstein_procrustes.py)")
+    cores = sorted(os.sched_getaffinity(0))
+    if a.cores:
+        cores = cores[:a.cores]
+        os.sched_setaffinity(0, cores)
+    sys.path.insert(0, str(a.against.resolve()))
+    import torch
+    from unpaired_rosetta.wasserstein_procrustes import WassersteinProcrustes
+
+    n = a.whole or 12_000
+    cfg = pairfree.PairFreeConfig(clusters=a.clusters, restarts=a.restarts, rounds=a.rounds,
+                                  workers=a.workers)
+    xa, yb, xt, yt = other_items(n, 768, 384, 0.3, 1)
+    print(f"one whole fit each: {n:,} a side, 768 -> 384 wide, C={cfg.clusters} "
+          f"S={cfg.restarts} b={cfg.batch} R={cfg.rounds}, {cfg.workers} restart worker(s), "
+          f"on {len(cores)} CPU(s) {cores}", flush=True)
+
+    def theirs() -> align.ProcrustesMap:
+        wp = WassersteinProcrustes(cfg.clusters, cfg.restarts, cfg.batch, cfg.rounds,
+                                   num_workers=cfg.workers)
+        wp.fit(torch.from_numpy(xa), torch.from_numpy(yb), randomness=0)
+        as64 = lambda t: t.double().numpy()  # noqa: E731
+        return align.ProcrustesMap(as64(wp.mean_x)[0], as64(wp.mean_y)[0], as64(wp.weight))
+
+    fits = {"prh.pairfree": lambda: pairfree.fit_pairfree(xa, yb, seed=0, cfg=cfg),
+            "unpaired-rosetta": theirs}
+    walls = {}
+    for name, fit in fits.items():
+        cpu = time.process_time()
+        pmap, walls[name] = timed(fit)
+        share = (time.process_time() - cpu) / walls[name] / len(cores)
+        r1 = align.image_to_text_recall(pmap, xt, yt)[1].mean()
+        print(f"  {name:<17} wall {walls[name]:8.1f} s, {share:.2f} of its CPUs (child "
+              f"processes not counted); FOSCTTM {foscttm_on_pairs(pmap, xt, yt):.4f}, "
+              f"R@1 {r1:.3f} on 1,000 held-out pairs (chance .5, .001)", flush=True)
+    print(f"  wall ratio prh.pairfree / unpaired-rosetta: "
+          f"{walls['prh.pairfree'] / walls['unpaired-rosetta']:.2f} (below 1: ours faster)")
     return 0
 
 

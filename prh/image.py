@@ -133,17 +133,27 @@ def preprocessing(image_size: int, mean: Sequence[float], std: Sequence[float],
             "mean": [float(x) for x in mean], "std": [float(x) for x in std]}
 
 
-def load_image(path: Path | np.ndarray, image_size: int, interpolation: str = "bilinear"
-               ) -> torch.Tensor:
+# how an image reaches S x S: "crop" (the shorter side to S, the centre S x S: timm's eval
+# transform at crop_pct 1.0, platonic-rep's), "squash" (the whole image to S x S, the aspect
+# ratio not kept: unpaired-rosetta's `dinov2_transform`, a 224 x 224 Resize)
+RESIZES = ("crop", "squash")
+
+
+def load_image(path: Path | np.ndarray, image_size: int, interpolation: str = "bilinear",
+               resize: str = "crop") -> torch.Tensor:
     """RGB image (a file, or uint8 [H, W, 3] pixels such as CIFAR's) -> float tensor
-    [3, S, S] in [0, 1]: shorter side to S, centre crop S x S."""
+    [3, S, S] in [0, 1], by `resize` (RESIZES). PIL's filters widen with the scale factor
+    when they shrink, so a reduction is antialiased (as torchvision's antialias=True)."""
+    if resize not in RESIZES:
+        raise ImageError(f"resize {resize!r}: expected one of {RESIZES}")
     try:
         with (nullcontext(Image.fromarray(path)) if isinstance(path, np.ndarray)
               else Image.open(path)) as im:
             im = im.convert("RGB")
             w, h = im.size
             scale = image_size / min(w, h)
-            size = (max(image_size, round(w * scale)), max(image_size, round(h * scale)))
+            size = ((image_size, image_size) if resize == "squash" else
+                    (max(image_size, round(w * scale)), max(image_size, round(h * scale))))
             if size != (w, h):
                 im = im.resize(size, INTERPOLATIONS[interpolation])
             left, top = (size[0] - image_size) // 2, (size[1] - image_size) // 2
@@ -450,7 +460,7 @@ def dinov2_preprocessing(model: nn.Module, img_size: int) -> dict[str, Any]:
 def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_size: int,
                  mean: Sequence[float], std: Sequence[float], batch_size: int,
                  progress: bool | None = None, interpolation: str = "bilinear",
-                 per_block: bool = False) -> np.ndarray:
+                 per_block: bool = False, resize: str = "crop") -> np.ndarray:
     """Embed images (files, or uint8 [n, H, W, 3] pixels) in order -> float32 [n, d] (or
     [n, n_blocks, d] with `per_block`).
 
@@ -472,13 +482,26 @@ def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_
     rows = []
     with torch.no_grad():
         for start in starts:
-            x = normalize(torch.stack([load_image(p, image_size, interpolation)
+            x = normalize(torch.stack([load_image(p, image_size, interpolation, resize)
                                        for p in paths[start:start + batch_size]]), mean, std)
             out = cls_per_block(model, x) if per_block else model(x)   # (b, [n_blocks,] d)
             rows.append(out.float().numpy())
     if not rows:
         raise ImageError("embed_images: no image paths given; check the split name")
     return np.concatenate(rows).astype(np.float32, copy=False)
+
+
+class TokenMean(nn.Module):
+    """The mean over a ViT's final-norm tokens (class, register and patch tokens):
+    unpaired-rosetta's `TokenMean`, the row its DINOv2 encoders store
+    (`modalities/image_captions/encoders.py`). timm's `forward_features` returns them."""
+
+    def __init__(self, vit: nn.Module):
+        super().__init__()
+        self.vit = vit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.vit.forward_features(x).mean(dim=1)
 
 
 def cls_per_block(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

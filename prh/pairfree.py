@@ -15,19 +15,22 @@ is a `PairFreeConfig` default taken from there):
    centres A, B matched by the permutation P that maximises their linear CKA (`prh.qap`), and
    M = the mean over restarts of (1/C) A^T P B, a dx x dy correspondence;
 3. read-out: both pools shuffled and cut into blocks of b rows, block i of X M matched to block
-   i of Y by the Hungarian algorithm on the scores (X M) Y^T (scipy `linear_sum_assignment`,
-   float64); W = U V^T from the SVD of X_T^T Y_T on those pseudo-pairs (orthogonal
-   Procrustes, `prh.align.procrustes`);
+   i of Y by the Hungarian algorithm on the scores (X M) Y^T (float32 products as its torch
+   code computes them, solved in float64 by scipy `linear_sum_assignment`, as its
+   `hungarian_matching`); W = U V^T from the SVD of X_T^T Y_T on those pseudo-pairs
+   (orthogonal Procrustes, `prh.align.procrustes`);
 4. refinement, R rounds: b fresh random rows of each pool, Hungarian on (X_b W) Y_b^T, Procrustes.
    When both pools have at most b rows every round uses all rows, so a round whose matching
    equals the previous one is a fixed point (the same pairs give the same W, hence the same
    matching): the loop stops there, with the map R rounds would have reached.
 
-Differences from the benchmark, none in what is computed: numpy float64 throughout (it fits in
-float32 torch); one seeded numpy Generator instead of its seed derivation, so the same inputs
-and seed give the same map here but not its bit pattern; scores are taken by cosine of
-(x - mean) W against y - mean (`prh.align.ProcrustesMap`), which ranks each query's candidates
-exactly as its inner product of the prepared rows does, since the two differ by a positive
+Differences from the benchmark, none in what is computed: the prepared rows, the CKA matching
+and Procrustes in float64 (it fits in float32 torch; k-means and the score products, where a
+fit spends its arithmetic, are float32 here as there); one seeded numpy Generator instead
+of its seed derivation, so the same inputs and seed give the same map here but not its bit
+pattern; scores are taken by cosine of (x - mean) W against y - mean
+(`prh.align.ProcrustesMap`), which ranks each query's candidates exactly as its inner product
+of the prepared rows does, since the two differ by a positive
 factor per query. k-means runs on one thread (`threadpoolctl`), as the benchmark does, so the
 fit does not depend on the machine's thread count.
 
@@ -38,11 +41,10 @@ the pools' cluster geometry, which carries more.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Any
 
 import numpy as np
 
@@ -105,17 +107,25 @@ def collapsed_sides(**sides: np.ndarray) -> list[str]:
 
 
 def hungarian_blocks(q: np.ndarray, k: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Block i of q matched one-to-one to block i of k, maximising the summed scores q k^T
-    (scipy `linear_sum_assignment`, float64): (q rows, k rows), min(len(q), len(k)) pairs.
-    The caller shuffles both first."""
+    """Block i of q matched one-to-one to block i of k, maximising the summed scores q k^T:
+    (q rows, k rows), min(len(q), len(k)) pairs. The scores are products in q's and k's
+    dtype (float32 in a fit, as the benchmark's), solved in float64 by scipy
+    `linear_sum_assignment`. The caller shuffles both first."""
     from scipy.optimize import linear_sum_assignment
 
     rows, cols = [], []
     for lo in range(0, min(len(q), len(k)), block):
-        r, c = linear_sum_assignment(q[lo:lo + block] @ k[lo:lo + block].T, maximize=True)
+        scores = (q[lo:lo + block] @ k[lo:lo + block].T).astype(np.float64, copy=False)
+        r, c = linear_sum_assignment(scores, maximize=True)
         rows.append(r + lo)
         cols.append(c + lo)
     return np.concatenate(rows), np.concatenate(cols)
+
+
+def _matching(pairs_x: np.ndarray, pairs_z: np.ndarray) -> np.ndarray:
+    """The pairs as one array ordered by text row: equal arrays, equal matchings."""
+    order = np.argsort(pairs_z)
+    return np.stack([pairs_z[order], pairs_x[order]])
 
 
 def _subset(rng: np.random.Generator, n: int, b: int) -> np.ndarray:
@@ -124,13 +134,14 @@ def _subset(rng: np.random.Generator, n: int, b: int) -> np.ndarray:
 
 
 def _kmeans_centres(x: np.ndarray, clusters: int, seed: int) -> np.ndarray:
-    """scikit-learn's k-means (k-means++, its other defaults) on one thread: the centres."""
+    """scikit-learn's k-means (k-means++, its other defaults) on one thread, on float32 rows
+    as the benchmark's (its torch rows as numpy): the centres, as float64."""
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
         km = KMeans(n_clusters=clusters, init="k-means++", random_state=seed)
-        return km.fit(x).cluster_centers_
+        return km.fit(x.astype(np.float32)).cluster_centers_.astype(np.float64)
 
 
 def _restart(x: np.ndarray, z: np.ndarray, clusters: int, seeds: tuple[int, int, int]
@@ -180,23 +191,25 @@ def fit_pairfree(pool_img: np.ndarray, pool_txt: np.ndarray, *, seed: int,
     mx, mz = x_raw.mean(axis=0), z_raw.mean(axis=0)
     x, z = prepare(x_raw, mx), prepare(z_raw, mz)
     m = geometric_init(x, z, cfg, rng)
+    x32, z32 = x.astype(np.float32), z.astype(np.float32)   # the score products' precision
     ox, oz = rng.permutation(len(x)), rng.permutation(len(z))
-    r, c = hungarian_blocks(x[ox] @ m, z[oz], cfg.batch)
+    r, c = hungarian_blocks(x32[ox] @ m.astype(np.float32), z32[oz], cfg.batch)
     pairs_x, pairs_z = ox[r], oz[c]
     w = align.procrustes(x[pairs_x], z[pairs_z])
     whole = max(len(x), len(z)) <= cfg.batch
-    last = set(zip(pairs_x.tolist(), pairs_z.tolist(), strict=True))
+    last = _matching(pairs_x, pairs_z) if whole else None
     done = 0
     while done < cfg.rounds:
         bx, bz = _subset(rng, len(x), cfg.batch), _subset(rng, len(z), cfg.batch)
-        r, c = hungarian_blocks(x[bx] @ w, z[bz], max(len(bx), len(bz)))
+        r, c = hungarian_blocks(x32[bx] @ w.astype(np.float32), z32[bz], max(len(bx), len(bz)))
         pairs_x, pairs_z = bx[r], bz[c]
         w = align.procrustes(x[pairs_x], z[pairs_z])
         done += 1
-        now = set(zip(pairs_x.tolist(), pairs_z.tolist(), strict=True))
-        if whole and now == last:
-            break
-        last = now
+        if whole:
+            now = _matching(pairs_x, pairs_z)
+            if np.array_equal(now, last):
+                break
+            last = now
     return PairFreeMap(mx, mz, w, rounds=done, n_matches=len(pairs_x))
 
 
@@ -239,45 +252,46 @@ def fit_and_score(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarr
             "rounds": pmap.rounds, "n_matches": pmap.n_matches, **out}, pmap
 
 
-# pools from this size on fit their seeds side by side (`fit_and_score_seeds`): a fit there
-# takes minutes (R rounds of Hungarian matchings), a spawned process some seconds to start
+# pools from this size on fit side by side (`fit_and_score_all`): a fit there takes minutes
+# (R rounds of Hungarian matchings), a spawned process some seconds to start
 SIDE_BY_SIDE_ROWS = 2000
 
+# one fit: (pool_img, pool_txt, test_img, test_txt, seed)
+Job = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]
+Fit = tuple[dict[str, float | int | str], PairFreeMap | None]
 
-def _fit_and_score_seed(args: tuple[Any, ...]) -> tuple[dict[str, float | int | str],
-                                                        PairFreeMap | None]:
-    *arrays, seed, cfg = args
+
+def _fit_job(job: Job, cfg: PairFreeConfig) -> Fit:
+    *arrays, seed = job
     return fit_and_score(*arrays, seed=seed, cfg=cfg)
 
 
-def fit_and_score_seeds(pool_img: np.ndarray, pool_txt: np.ndarray, test_img: np.ndarray,
-                        test_txt: np.ndarray, *, seeds: Sequence[int],
-                        cfg: PairFreeConfig = PairFreeConfig(), parallel: int | None = None
-                        ) -> dict[int, tuple[dict[str, float | int | str], PairFreeMap | None]]:
-    """`fit_and_score` once per seed. `parallel` seeds run side by side in spawned processes
-    (each with `cfg.workers` for its restarts); None: as many as the cores hold
-    (os.cpu_count() // cfg.workers) for pools of SIDE_BY_SIDE_ROWS or more, else one at a
-    time. Every seed's fit is seeded alone, so `parallel` changes only the wall time. A
-    ValueError names the seed."""
+def fit_and_score_all(jobs: Mapping[str, Job], *, cfg: PairFreeConfig = PairFreeConfig(),
+                      parallel: int | None = None) -> dict[str, Fit]:
+    """`fit_and_score` for every job (every encoder and aligner seed of Table 4's setting, named
+    by its key). `parallel` fits run side by side in spawned processes (each with
+    `cfg.workers` for its restarts); None: as many as the cores hold (os.cpu_count() //
+    cfg.workers) when every pool has SIDE_BY_SIDE_ROWS rows or more, else one at a time. A
+    fit is seeded alone, so `parallel` changes only the wall time; one pool for all jobs
+    keeps every slot busy until the last fits. A ValueError names the job's key."""
     import os
 
     if parallel is None:
-        big = min(len(pool_img), len(pool_txt)) >= SIDE_BY_SIDE_ROWS
+        big = all(min(len(j[0]), len(j[1])) >= SIDE_BY_SIDE_ROWS for j in jobs.values())
         parallel = max(1, (os.cpu_count() or 1) // cfg.workers) if big else 1
-    jobs = [(pool_img, pool_txt, test_img, test_txt, seed, cfg) for seed in seeds]
     out = {}
     if min(parallel, len(jobs)) <= 1:
-        for job in jobs:
+        for key, job in jobs.items():
             try:
-                out[job[4]] = _fit_and_score_seed(job)
+                out[key] = _fit_job(job, cfg)
             except ValueError as e:
-                raise ValueError(f"seed {job[4]}: {e}") from e
+                raise ValueError(f"{key}: {e}") from e
         return out
     with ProcessPoolExecutor(min(parallel, len(jobs)), mp_context=get_context("spawn")) as pool:
-        futures = {job[4]: pool.submit(_fit_and_score_seed, job) for job in jobs}
-        for seed, future in futures.items():
+        futures = {key: pool.submit(_fit_job, job, cfg) for key, job in jobs.items()}
+        for key, future in futures.items():
             try:
-                out[seed] = future.result()
+                out[key] = future.result()
             except ValueError as e:
-                raise ValueError(f"seed {seed}: {e}") from e
+                raise ValueError(f"{key}: {e}") from e
     return out

@@ -142,6 +142,33 @@ def test_load_image_resizes_the_shorter_side_and_centre_crops(tmp_path):
         image.load_image(tmp_path / "bad.png", 16)
 
 
+@pytest.mark.parametrize("height,width", [(375, 500), (500, 333), (40, 30), (100, 500)])
+def test_squash_is_the_benchmarks_resize_within_one_grey_level(height, width):
+    """unpaired-rosetta's DINOv2 transform resizes the whole image to 224 x 224 with
+    torchvision's antialiased bilinear Resize on uint8 pixels; `resize="squash"` does it with
+    PIL's bilinear filter, which widens with the reduction in the same way. Both round to
+    uint8, so a pixel may differ by one grey level where the two sums fall either side of a
+    half; never by more. The aspect ratio is not kept: nothing is cropped."""
+    from torchvision.transforms import v2
+
+    rng = np.random.default_rng(height * width)
+    coarse = rng.integers(0, 256, (height // 8 + 2, width // 8 + 2, 3)).astype(np.uint8)
+    arr = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC))
+    arr = np.clip(arr + rng.integers(-20, 21, arr.shape), 0, 255).astype(np.uint8)
+    ours = image.load_image(arr, 224, "bilinear", "squash")
+    theirs = v2.Compose([v2.ToImage(), v2.RGB(), v2.ToDtype(torch.uint8, scale=True),
+                         v2.Resize(size=(224, 224), antialias=True),
+                         v2.ToDtype(torch.float32, scale=True)])(Image.fromarray(arr))
+    assert ours.shape == theirs.shape == (3, 224, 224)
+    assert float((ours - theirs).abs().max()) * 255 <= 1 + 1e-4
+    band = np.zeros((20, 40, 3), np.uint8)
+    band[:, :10] = 255  # the left quarter: cropped away by "crop", kept by "squash"
+    assert float(image.load_image(band, 10, resize="squash")[:, :, 0].min()) == 1.0
+    assert float(image.load_image(band, 10, resize="crop").max()) < 1.0
+    with pytest.raises(ImageError, match="resize 'pad'"):
+        image.load_image(band, 10, resize="pad")
+
+
 # ---------------------------------------------------------------------------- world encoder
 
 def test_world_encoder_loss_decreases_and_checkpoint_round_trips(trained):
@@ -231,6 +258,26 @@ def test_build_dinov2_loads_a_local_state_dict_and_embeds_cls(dinov2_state, tmp_
     with torch.no_grad():  # the final CLS is the last block's CLS through the final norm
         normed = model.norm(torch.from_numpy(blocks[:, -1])).numpy()
     np.testing.assert_allclose(normed, e[:1], rtol=1e-4, atol=1e-4)
+
+
+def test_token_mean_is_the_mean_of_the_final_norm_tokens(dinov2_state, tmp_path):
+    """The benchmark's image row (`TokenMean`): the final norm of the last block's every
+    token (class and patch tokens; DINOv2 ViT-B/14 has no register tokens), averaged."""
+    ref, path = dinov2_state
+    model = image.build_dinov2(path, img_size=224)
+    x = image.normalize(torch.stack([image.load_image(p, 224, resize="squash") for p in
+                                     make_images(tmp_path / "img", 2, size=40)]),
+                        image.IMAGENET_MEAN, image.IMAGENET_STD)
+    last: list[torch.Tensor] = []
+    hook = model.blocks[-1].register_forward_hook(lambda _m, _i, out: last.append(out))
+    with torch.no_grad():
+        got = image.TokenMean(model)(x)
+    hook.remove()
+    tokens = 1 + (224 // 14) ** 2
+    assert last[0].shape == (2, tokens, 768) and got.shape == (2, 768)
+    with torch.no_grad():
+        expected = model.norm(last[0]).sum(dim=1) / tokens
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_build_dinov2_is_strict_and_says_where_weights_go(dinov2_state, tmp_path):

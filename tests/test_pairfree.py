@@ -168,22 +168,24 @@ def test_same_seed_same_map_and_workers_change_nothing():
     assert (a.rounds, a.n_matches) == (b.rounds, b.n_matches)
 
 
-def test_seeds_side_by_side_give_what_one_at_a_time_gives():
-    """fit_and_score_seeds: two seeds in two spawned processes equal the same seeds fitted one
-    after the other, scores and maps; a bad pool's error names its seed."""
+def test_fits_side_by_side_give_what_one_at_a_time_gives():
+    """fit_and_score_all: two encoders' pools x two seeds in spawned processes equal the same
+    jobs fitted one after the other, scores and maps; a bad pool's error names its job."""
     pool_img, pool_txt, test_img, test_txt = pools_and_test(7, n_pool=300)
-    one = pairfree.fit_and_score_seeds(pool_img, pool_txt, test_img, test_txt, seeds=[3, 4],
-                                       cfg=CFG, parallel=1)
-    two = pairfree.fit_and_score_seeds(pool_img, pool_txt, test_img, test_txt, seeds=[3, 4],
-                                       cfg=CFG, parallel=2)
-    assert list(one) == list(two) == [3, 4]
-    for seed in (3, 4):
-        assert one[seed][0] == two[seed][0]
-        np.testing.assert_array_equal(one[seed][1].w, two[seed][1].w)
-    assert one[3][0] != one[4][0]  # two seeds, two fits
-    with pytest.raises(ValueError, match="seed 5: pools of 300 and 3 rows"):
-        pairfree.fit_and_score_seeds(pool_img, pool_txt[:3], test_img, test_txt, seeds=[5],
-                                     cfg=CFG)
+    other = pool_txt[:, ::-1].copy()  # a second "encoder": the text columns reversed
+    jobs = {f"{name} seed {seed}": (pool_img, txt, test_img, test_txt[:, ::-1].copy()
+                                    if name == "b" else test_txt, seed)
+            for name, txt in (("a", pool_txt), ("b", other)) for seed in (3, 4)}
+    one = pairfree.fit_and_score_all(jobs, cfg=CFG, parallel=1)
+    two = pairfree.fit_and_score_all(jobs, cfg=CFG, parallel=2)
+    assert list(one) == list(two) == list(jobs)
+    for key in jobs:
+        assert one[key][0] == two[key][0]
+        np.testing.assert_array_equal(one[key][1].w, two[key][1].w)
+    assert one["a seed 3"][0] != one["a seed 4"][0]  # two seeds, two fits
+    with pytest.raises(ValueError, match="a seed 5: pools of 300 and 3 rows"):
+        pairfree.fit_and_score_all({"a seed 5": (pool_img, pool_txt[:3], test_img, test_txt,
+                                                 5)}, cfg=CFG)
 
 
 def test_batches_smaller_than_the_pools_match_block_by_block():

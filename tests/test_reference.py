@@ -863,23 +863,25 @@ def _pairfree_world(tmp_path, parts):
     full.update(over)
     open(params, "w").write(yaml.safe_dump(full))
     return {"params": params, "corpus": corpus, "emb": emb, "model": model, "cfg": cfg,
-            "in100": in100, "image_dir": image_dir}
+            "in100": in100, "image_dir": image_dir, "raw": raw}
 
 
 def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     """With `flickr.pairfree_seeds` and `classes`: each text encoder's pair-free map per seed on
-    the flickr30k profile's pools (images of the first half of the train photos, first captions
-    of the last half) and aligner, its R@1 and FOSCTTM on the test pairs and its ImageNet-100
+    the flickr30k profile's pools (images of the first half of the train photos, captions of
+    the last half) and aligner, its R@1 and FOSCTTM on the test pairs and its ImageNet-100
     top-5, each equal to prh.pairfree / prh.zeroshot run on an independent extraction of the
-    same rows; the spread over seeds holds the median. With `arms`, a trained ARM-sSEED's own
+    same rows (by default the benchmark's: every image squashed to S x S and embedded as the
+    mean of DINOv2's final-norm tokens, rows to unit length; a photo's captions reduced as its
+    load_rows); the spread over seeds holds the median. With `arms`, a trained ARM-sSEED's own
     encoder goes the same way on the same pools; one trained on the world's captions is
     skipped, saying so."""
     from test_train import tiny_cfg, toy_photos  # the toy corpus and config of the loop tests
 
     from prh.classsets import read_in100
-    from prh.data import pairfree_halves
+    from prh.data import pairfree_halves, photo_paths
     from prh.encode_text import load_text_encoder
-    from prh.image import embed_images
+    from prh.image import TokenMean, embed_images
     from prh.pairfree import PairFreeConfig, fit_and_score
     from prh.tokenizer import train_tokenizer
     from prh.train import train_text_encoder
@@ -910,6 +912,17 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     assert set(doc["pair_free"]) == {"Qwen/Qwen2.5-0.5B", "minilm"}
 
     assert got["inputs"] == "benchmark"
+    facts = doc["pair_free_images"]
+    assert facts["encoder"]["timm"] == "vit_base_patch14_dinov2.lvd142m"
+    assert (facts["encoder"]["image_size"], facts["encoder"]["width"]) == (SIZE, 768)
+    # a tiny Qwen2 under Qwen2.5-0.5B's name on 48-row pools: no verdict on the paper's claim
+    reg = _registry()
+    row = {r["id"]: r for r in audit(reg, Context(reg.claims, "wit1024",
+                                                  reference=doc))["claims"]}
+    assert row["pairfree_qwen05b_r1"]["verdict"] == "not comparable"
+    for says in ("pools of 48, the setting's 14,500", "test pairs 8", "the aligner's constants",
+                 f"runs at 224, the scored model {SIZE}", "Qwen/Qwen2.5-0.5B has hidden 896"):
+        assert says in row["pairfree_qwen05b_r1"]["reason"], says
     lm = features.load_language_model(parts["qwen"])
     def encode(texts):
         return features.language_features(lm, texts, last_only=True)[0][:, 0]
@@ -923,12 +936,21 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     pool_txt = items(encode, txt_half[:48])
     test_txt = items(encode, w["corpus"].split("test"))
     cs = read_in100(w["in100"])
-    class_img = unit(embed_images(w["model"], cs.images, image_size=SIZE, mean=w["cfg"].mean,
-                                  std=w["cfg"].std, batch_size=32))
+
+    def bench_rows(images):  # unpaired-rosetta's dinov2_vit-b14@224_mean, rows to unit length
+        return unit(embed_images(TokenMean(w["model"]), images, image_size=SIZE,
+                                 mean=w["cfg"].mean, std=w["cfg"].std, batch_size=32,
+                                 interpolation="bilinear", resize="squash"))
+    class_img = bench_rows(cs.images)
     prompts = unit(encode([in100_prompt(n, d) for n, d in zip(cs.names, cs.definitions,
                                                               strict=True)]))
     aligner = PairFreeConfig(clusters=4, restarts=2, batch=48, rounds=3)
-    pool_img, test_img = unit(w["emb"]["train"][:48]), unit(w["emb"]["test"])
+    img_half = pairfree_halves(w["corpus"].split("train"))[0]
+    pool_img = bench_rows(photo_paths(img_half[:48], w["raw"] / "images"))
+    test_img = bench_rows(photo_paths(w["corpus"].split("test"), w["raw"] / "images"))
+    assert got["images"] == {"made_by": "this stage", "resize": "squash",
+                             "interpolation": "bilinear", "image_size": SIZE,
+                             "pooling": "mean of the final-norm tokens", "unit_rows": True}
     for seed in (0, 1):
         scores, pmap = fit_and_score(pool_img, pool_txt, test_img, test_txt, seed=seed,
                                      cfg=aligner)
@@ -957,6 +979,8 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     assert stage.main(["--params", w["params"], "--out", str(out)]) == 0
     first = read_reference(out)["pair_free"]["Qwen/Qwen2.5-0.5B"]
     assert first["inputs"] == "first-caption"
+    assert first["images"]["made_by"] == "the flickr30k image stage"
+    assert (first["images"]["resize"], first["images"]["unit_rows"]) == ("crop", False)
     scores, pmap = fit_and_score(w["emb"]["train"][:48],
                                  encode([p.captions[0] for p in txt_half[:48]]),
                                  w["emb"]["test"],
@@ -981,10 +1005,19 @@ def test_table_4s_setting_refuses_class_images_made_otherwise(parts, tmp_path, c
     ids, emb, meta = load_embeddings(w["image_dir"] / "test.npz")
     save_embeddings(w["image_dir"] / "test.npz", ids, emb,
                     meta={"config": {**meta["config"], "image_size": 224}})
-    assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
+    doc = yaml.safe_load(open(w["params"]))
+    doc["wit1024"]["flickr"]["inputs"] = "first-caption"  # the image stage's rows
+    open(w["params"], "w").write(yaml.safe_dump(doc))
+    assert stage.main(["--params", w["params"], "--check"]) == 2
     assert "test.npz: embedded under another image config than params.yaml's flickr30k.image" \
         in capsys.readouterr().err
-    doc = yaml.safe_load(open(w["params"]))
+    doc["wit1024"]["flickr"]["inputs"] = "benchmark"  # embeds its photos itself: they must be there
+    (w["raw"] / "images" / w["corpus"].split("test")[0].filename).unlink()
+    open(w["params"], "w").write(yaml.safe_dump(doc))
+    assert stage.main(["--params", w["params"], "--check"]) == 2
+    err = capsys.readouterr().err
+    assert w["corpus"].split("test")[0].filename in err and "wit1024.flickr.inputs: benchmark" \
+        in err, err
     for key, bad, says in (
             ("pairfree_seeds", [], "classes: zero-shot scores a pair-free map; set "
                                    "wit1024.flickr.pairfree_seeds"),
@@ -1084,17 +1117,68 @@ def test_mean_pooling_equals_sentence_transformers_on_minilm():
     np.testing.assert_allclose(ours, peer, atol=1e-5)
 
 
-def _bound_verdict(values: dict[str, float | None], n: int = 1000) -> str:
-    """The rule's verdict on these per-seed R@1 (None: that seed's pool collapsed)."""
+CLIP = "openai/clip-vit-base-patch32"
+# Table 4's setting as the benchmark's code runs it (its aligner's defaults, 14,500 photos a
+# side, DINOv2 ViT-B/14 at 224 px) and CLIP B/32's text tower (its config, 63.2M parameters)
+PAIRFREE_RUN = {
+    "text": {CLIP: {"model_type": "clip", "hidden": 512, "layers": 12,
+                    "parameters_card": 63_165_952}},
+    "pair_free_images": {"encoder": {"timm": "vit_base_patch14_dinov2.lvd142m",
+                                     "image_size": 224, "width": 768, "layers": 12},
+                         "collapsed": False},
+    "pair_free": {CLIP: {"n_test": 1000, "n_pool": 14500, "inputs": "benchmark",
+                         "aligner": {"clusters": 30, "restarts": 30, "batch": 10000,
+                                     "rounds": 100, "workers": 8}}}}
+
+
+def _pairfree(values: dict[str, float | None], **over):
+    """The rule's verdict on these per-seed R@1 (None: that seed's pool collapsed), on Table
+    4's setting changed by `over` (dotted paths)."""
     from harness.audit.rules import rule_pairfree_bound
 
     reg = _registry()
-    doc = {"pair_free": {"openai/clip-vit-base-patch32": {
-        "seeds": {s: {"r_at_1": v, "status": "ok"} if v is not None else
-                  {"r_at_1": 0.0, "status": "collapsed", "collapsed": "text_pool"}
-                  for s, v in values.items()}, "n_test": n, "n_pool": 14500}}}
+    doc = json.loads(json.dumps(PAIRFREE_RUN))
+    doc["pair_free"][CLIP]["seeds"] = {
+        s: {"r_at_1": v, "status": "ok"} if v is not None else
+        {"r_at_1": 0.0, "status": "collapsed", "collapsed": "text_pool"}
+        for s, v in values.items()}
+    for path, v in over.items():
+        *parents, leaf = path.split(":")
+        node = doc
+        for part in parents:
+            node = node[part]
+        node[leaf] = v
     return rule_pairfree_bound(reg.claims["pairfree_clip_r1"],
-                               Context(reg.claims, "world", reference=doc)).verdict
+                               Context(reg.claims, "world", reference=doc))
+
+
+def _bound_verdict(values: dict[str, float | None]) -> str:
+    return _pairfree(values).verdict
+
+
+@pytest.mark.parametrize("over, says", [
+    ({f"pair_free:{CLIP}:n_pool": 48}, "pools of 48, the setting's 14,500"),
+    ({f"pair_free:{CLIP}:n_test": 8}, "test pairs 8, the setting's 1,000"),
+    ({f"pair_free:{CLIP}:inputs": "first-caption"}, "inputs: first-caption, the benchmark's"),
+    ({f"pair_free:{CLIP}:aligner:rounds": 3}, "the aligner's constants"),
+    ({f"pair_free:{CLIP}:aligner": None}, "the aligner's constants"),
+    ({"pair_free_images:encoder:image_size": 56}, "runs at 224, the scored model 56"),
+    ({"pair_free_images:encoder:width": 384}, "has width 768, the scored model 384"),
+    ({"pair_free_images:collapsed": True}, "the image pool's rows collapse"),
+    ({"pair_free_images": {}}, "records no architecture of the pair-free image encoder"),
+    ({f"text:{CLIP}": {"model_type": "bert", "hidden": 384, "layers": 6,
+                       "parameters_card": 22_713_216}}, "is a clip model type"),
+    ({f"text:{CLIP}:degenerate_layers": [12]}, "features collapse at layers [12]"),
+])
+def test_a_pairfree_run_outside_table_4s_setting_is_not_comparable(over, says):
+    """Each difference alone turns reproduced (at chance) or differs (far above) into not
+    comparable, named, with the setting's assumption."""
+    assert _bound_verdict({"0": 0.001, "1": 0.001, "2": 0.001}) == "reproduced"
+    assert _bound_verdict({"0": 0.05, "1": 0.05, "2": 0.05}) == "differs"
+    for r1 in (0.001, 0.05):
+        got = _pairfree({"0": r1, "1": r1, "2": r1}, **over)
+        assert got.verdict == "not comparable" and says in got.reason, got.reason
+        assert "assumed: the paper's pair-free numbers come from the benchmark's" in got.reason
 
 
 def test_the_pairfree_bound_rule_by_simulation():

@@ -510,7 +510,9 @@ def rule_pairfree_bound(claim: Claim, ctx: Context) -> Verdict:
     end at most bound + margin (one-sided at 5%); differs: its lower end above bound + margin,
     so the margin separates the two the same way; inconclusive otherwise, and whenever a seed's
     pool was collapsed (an R@1 of 0 from an encoder that gave one point is no evidence of
-    where a working one lands). Not scored: not rerun, with the command."""
+    where a working one lands). Not scored: not rerun, with the command. A run outside Table
+    4's setting (`setting.pairfree_differences`: pools, aligner, rows, image encoder, model) is
+    not comparable, each difference named."""
     model = claim.setup.get("model")
     entry = reference.lookup(ctx.reference, model, None, claim.metric)
     if entry is None:
@@ -518,6 +520,12 @@ def rule_pairfree_bound(claim: Claim, ctx: Context) -> Verdict:
             f"{model} not scored on the pair-free pools; list it in params.yaml's wit1024 "
             "section, set wit1024.flickr with pairfree_seeds and run `dvc repro "
             "pipelines/wit1024/dvc.yaml`")), {})
+    differs_from_claim = setting.pairfree_differences(claim.setup, ctx.reference or {}, entry)
+    if differs_from_claim:
+        return Verdict("not comparable", "not the claim's setting: "
+                       + "; ".join(differs_from_claim)
+                       + f" (assumed: {setting.pairfree_assumed()})",
+                       {"differences": differs_from_claim, "model": model})
     collapsed = {s: r.get("collapsed", "") for s, r in entry["seeds"].items()
                  if r["status"] != "ok"}
     if collapsed:

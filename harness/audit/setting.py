@@ -93,6 +93,11 @@ def _reference(name: str, got: Mapping[str, Any] | None) -> list[str]:
     want = load_setups()["references"].get(name)
     if want is None:
         return [f"the registry holds no facts of the vision reference {name} to check against"]
+    return _vision(name, want, got)
+
+
+def _vision(name: str, want: Mapping[str, Any], got: Mapping[str, Any] | None) -> list[str]:
+    """A vision encoder's architecture, input size, width, depth and digest against `want`."""
     if not got or "width" not in got:
         return [f"the run records no architecture of {name} (rerun `harness reference`)"]
     out = []
@@ -123,12 +128,47 @@ def differences(setup: Mapping[str, Any], metric: str, doc: Mapping[str, Any],
     if metric in reference.WIT_METRICS or metric in reference.COCO_METRICS:
         ref = str(setup.get("reference"))
         out += _reference(ref, (doc.get("vision") or {}).get(ref))
+    return out + _collapsed(model, doc, entry)
+
+
+def pairfree_assumed() -> str:
+    return load_setups()["benchmarks"]["flickr30k"]["pair_free"]["assumed"]
+
+
+def pairfree_differences(setup: Mapping[str, Any], doc: Mapping[str, Any],
+                         entry: Mapping[str, Any]) -> list[str]:
+    """Every way a pair-free score (`entry`, doc's `pair_free` of the claim's model) differs from
+    Table 4's setting: the pools' and test sizes, the aligner's constants, how the rows were
+    prepared (`wit1024.flickr.inputs`), the image encoder (doc's `pair_free_images`), the text
+    model's facts, and collapsed rows on either side; [] when it is the claim's."""
+    want = load_setups()["benchmarks"]["flickr30k"]["pair_free"]
+    model = str(setup.get("model"))
+    out = [f"{what} {entry.get(k)}, the setting's {want[k]:,}"
+           for k, what in (("n_pool", "pools of"), ("n_test", "test pairs"))
+           if entry.get(k) != want[k]]
+    aligner = {k: (entry.get("aligner") or {}).get(k) for k in want["aligner"]}
+    if aligner != want["aligner"]:
+        out.append(f"the aligner's constants {aligner}, the benchmark's {want['aligner']} "
+                   "(flickr30k.eval.pairfree)")
+    if entry.get("inputs") != want["inputs"]:
+        out.append(f"rows prepared by wit1024.flickr.inputs: {entry.get('inputs')}, the "
+                   f"benchmark's are {want['inputs']}")
+    images = doc.get("pair_free_images") or {}
+    out += _vision("the pair-free image encoder", want["encoder"], images.get("encoder"))
+    if images.get("collapsed"):
+        out.append("the image pool's rows collapse (every cosine between photos within "
+                   "float32 rounding, as timm's random initialisation gives): there is no "
+                   "geometry to align")
+    return out + _model(model, (doc.get("text") or {}).get(model)) + _collapsed(model, doc, {})
+
+
+def _collapsed(model: str, doc: Mapping[str, Any], entry: Mapping[str, Any]) -> list[str]:
+    """The scored features that collapse: the entry's layers, and the text model's last
+    hidden state (the pooling of STS-B, R@1 and the pair-free rows)."""
     collapsed = dict(entry.get("degenerate") or {})
     text = (doc.get("text") or {}).get(model) or {}
     if text.get("layers") in (text.get("degenerate_layers") or []) and model not in collapsed:
         collapsed[model] = [text["layers"]]  # the last hidden state: STS-B's and R@1's pooling
-    for who, layers in collapsed.items():
-        out.append(f"{who}'s features collapse at layers {layers} (every cosine between items "
-                   "within float32 rounding, as timm's random initialisation gives): its "
-                   "neighbours there are rounding noise")
-    return out
+    return [f"{who}'s features collapse at layers {layers} (every cosine between items within "
+            "float32 rounding, as timm's random initialisation gives): its neighbours there are "
+            "rounding noise" for who, layers in collapsed.items()]

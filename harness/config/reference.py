@@ -18,9 +18,10 @@ from prh.layers import CLIP_MODES, SCORE_PRECISIONS
 SECTION = "wit1024"
 FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
 FLICKR_KEYS = ("dataset", "image", "pairfree_seeds", "classes", "inputs")
-# Table 4's inputs: "benchmark" prepares them as unpaired-rosetta's load_rows does (every row to
-# unit length, an item's captions each to unit length, averaged, to unit length again);
-# "first-caption" feeds each photo's first caption and the rows as embedded
+# Table 4's inputs: "benchmark" prepares them as unpaired-rosetta does (its DINOv2 rows: every
+# image squashed to S x S, the mean of the final-norm tokens; its load_rows: every row to unit
+# length, an item's captions each to unit length, averaged, to unit length again);
+# "first-caption" feeds each photo's first caption and the image stage's rows as embedded
 PAIRFREE_INPUTS = ("benchmark", "first-caption")
 CLASS_SETS = ("in100", "cifar10", "cifar100")  # prh.classsets readers, prh.zeroshot.TOP_K
 PAIRFREE_PROFILE = "flickr30k"  # whose pools, aligner and image encoder Table 4's setting uses

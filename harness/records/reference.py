@@ -24,8 +24,11 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "pair_free": {NAME: {seeds: {SEED: prh.pairfree.fit_and_score's scores + zeroshot:
                                   {SET: prh.zeroshot.zeroshot_scores}},
                           spread: {r_at_1 | foscttm | SET_topK: seed_spread}, n_pool, n_test,
-                          aligner}},
+                          aligner, inputs, images: {made_by, resize, interpolation,
+                          image_size, pooling, unit_rows}}},
      "pair_free_arms": {ARM: {profile, runs: {SEED: as a pair_free entry | {skipped: why}}}},
+     "pair_free_images": {as `images` above, encoder: {timm, image_size, width, layers,
+                          sha256}, collapsed} | {} (the image rows of every pair_free entry),
      "classes": {SET: {n, n_classes}},
      "sts_arms": {ARM: {profile, values: {SEED: spearman}, n}},
      "coco": {"data": {dataset, images, split, n, caption_idx, sha256},

@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
         for name, photos in splits.items():  # check_splits: none is empty
             emb = image.embed_images(model, photo_paths(photos, images, cache),
                                      image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
-                                     batch_size=cfg.embed_batch_size, progress=None)
+                                     batch_size=cfg.embed_batch_size, progress=None,
+                                     interpolation=cfg.interpolation)
             meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params.hash}
             save_embeddings(tmp / f"{name}.npz", [p.id for p in photos], emb, meta=meta)
             if name == "train" and pool:  # a train split of one photo has no pair-free pool
