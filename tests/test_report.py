@@ -299,3 +299,22 @@ def test_the_report_of_a_revision_or_experiment_reads_its_files_there(tmp_path: 
     direct.feed(render(build_context(paths_in(FIX, provenance=False))))
     assert at_rev.cells and at_rev.cells == direct.cells
     assert report_main([*args, "--rev", "nosuchrev"]) == 2
+
+
+def test_the_templates_only_print():
+    """Every flag, count and comparison the report shows is computed in its context
+    (harness.report): no template compares values, filters rows by a field or tests
+    membership, so what a row says is tested with the context, not through HTML."""
+    tags = re.compile(r"\{[{%](.*?)[%}]\}", re.S)
+    computing = re.compile(r"==|!=|<=|>=|(?<![-\w])[<>](?![-\w=])|\bselectattr\b|\brejectattr\b"
+                           r"|\|\s*(sum|map|select|reject)\b|\bequalto\b"
+                           r"|\S\s+(not\s+)?in\s+(?!\S+\.items\(\))")
+    found = []
+    for path in sorted(Path("reports/templates").glob("*.j2")):
+        for tag in tags.findall(path.read_text()):
+            body = tag.strip().lstrip("-").strip()
+            if body.startswith("for ") and " if " not in body:
+                continue  # a loop names what it loops over
+            if computing.search(body):
+                found.append(f"{path.name}: {body[:80]}")
+    assert not found, found

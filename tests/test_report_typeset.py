@@ -84,3 +84,4 @@ def test_no_section_sets_a_raw_key_or_an_unrounded_number_in_prose(report: tuple
                                                                    ) -> None:
     faults = page_faults(report[0], 1280)
     assert (faults["raw_keys"], faults["unrounded"]) == ([], [])
+

@@ -183,8 +183,11 @@ def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
                          "n": m.get("n"), "level": m.get("ci_level"),
                          "claims": claims.get((arm, metric), [])})
     levels = {r["level"] for r in rows if r["level"] is not None}
-    return {"rows": rows, "gaps": list(results.get("gaps", [])),
-            "level": levels.pop() if len(levels) == 1 else None}
+    gaps = [{**g, "contains_zero": None if not g.get("ci") else
+             "yes" if g["ci"][0] <= 0 <= g["ci"][1] else "no"}
+            for g in results.get("gaps", [])]
+    return {"rows": rows, "gaps": gaps, "level": levels.pop() if len(levels) == 1 else None,
+            "ci_method": next((r["ci_method"] for r in rows if r["ci_method"]), None)}
 
 
 def section_seed_spread(results: Mapping) -> dict:
@@ -229,9 +232,11 @@ def hyperparameters(params: Any, provenance: Sequence[Mapping] | None) -> list[d
     """The provenance list when there is one, else every params.yaml value with no source."""
     if provenance is not None:
         return [{"key": p.get("key"), "value": p.get("value"), "source": p.get("source"),
-                 "citation": p.get("citation")} for p in provenance]
+                 "citation": p.get("citation"), "assumed": p.get("source") == "assumed"}
+                for p in provenance]
     rows, _ = rows_and_tables(params or {})
-    return [{"key": k, "value": v, "source": None, "citation": None} for k, v in rows]
+    return [{"key": k, "value": v, "source": None, "citation": None, "assumed": False}
+            for k, v in rows]
 
 
 def load_profile_params(path: Path) -> tuple[Any, dict | None]:
@@ -287,10 +292,11 @@ def section_provenance(results: Mapping | None, runs: Sequence[Mapping],
     env_rows = [{"key": k, "values": [e["fingerprint"].get(k) for e in envs]}
                 for k in [k for k in ENV_KEYS if k in keys] + sorted(keys - set(ENV_KEYS))]
     return {"runs": [{"label": r["label"], "path": r["path"], "sha256": r["sha256"],
-                      **r.get("run", {}), "has_env": "environment" in r} for r in runs],
+                      **r.get("run", {})} for r in runs],
             "aggregate": None if results is None else {
                 k: results.get(k) for k in ("profile", "params_hash", "data_hash", "n_test")},
             "environments": [e["runs"] for e in envs], "env_rows": env_rows,
+            "missing_env": [r["label"] for r in runs if "environment" not in r],
             "inputs": list(inputs)}
 
 
@@ -363,7 +369,8 @@ def build_context(paths: ReportPaths) -> dict:
                  **(section_runs(runs) if runs else {})},
         "sigreg": {"absent": no_runs, "weights": [
             {"label": r["label"], "value": r.get("effective_sigreg_weight")} for r in runs],
-            "hyper": hyperparameters(params, provenance), "params_absent": no_params,
+            "hyper": (hyper := hyperparameters(params, provenance)),
+            "assumed": [h for h in hyper if h["assumed"]], "params_absent": no_params,
             "provenance_absent": no_provenance},
         "claims": {"absent": no_audit, "theory_absent": no_theory,
                    **(audit_table(audit, brief) if audit else {}),

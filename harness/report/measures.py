@@ -72,7 +72,7 @@ def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] 
         for metric in names.headline(names.results_k(r)):
             key = names.outcome_of(metric, outcomes)
             if key is not None and mask.any():
-                out.append({"label": r["label"], "outcome": key,
+                out.append({"label": r["label"], "outcome": key, "missing": None,
                             **rescore(outcomes[key], mask)})
     return out
 

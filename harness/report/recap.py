@@ -133,6 +133,7 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
             "paraphrase": paraphrase, "arms": arms, "paper_units": PAPER_UNITS,
             "texts_ratio": texts_ratio,
             "benchmarks": [LABELS[b].format(metric=f"mutual {k}-NN") for b in benchmarks],
+            "flickr_scored": "flickr30k" in benchmarks,
             "reaches": reaches, "scored": scores.get("wit1024"),
             "not_scored": None if benchmarks else NOT_SCORED, "judged": JUDGED,
             "verdicts": verdict_rows(audit)}

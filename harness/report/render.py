@@ -157,6 +157,11 @@ def code_words(text: Any) -> Markup:
     return Markup("".join([*out, str(escape(raw[last:]))]))
 
 
+def plural(n: int, many: str = "s", one: str = "") -> str:
+    """The word ending for a count: `many` unless n is 1."""
+    return one if n == 1 else many
+
+
 def render(context: Mapping, templates: Path | None = None,
            name: str = "report.html.j2") -> str:
     """The report HTML (`name`: the page template; the web-text report's is recap.html.j2):
@@ -170,6 +175,7 @@ def render(context: Mapping, templates: Path | None = None,
     env.filters["ci"] = fmt_ci
     env.filters["ident"] = ident
     env.filters["code_words"] = code_words
+    env.filters["plural"] = plural
     template = env.get_template(name)
     draft = template.render(**context, font_css="")
     return template.render(**context, font_css=Markup(font_css(draft)))

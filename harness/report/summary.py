@@ -261,6 +261,14 @@ def arithmetic_findings(audit: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+def findings_by_status(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The first page's three lists of arithmetic findings: fails, ambiguous, holds only
+    within the rounding of their inputs."""
+    return {key: [f for f in found if f["status"] == status] for key, status in (
+        ("fails", "fails"), ("ambiguous", "ambiguous"),
+        ("rounding", "holds within input rounding"))}
+
+
 def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | None,
                profile: str | None) -> dict[str, Any]:
     """Everything the first page shows; without an audit, only the banner."""
@@ -269,7 +277,7 @@ def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | Non
             "data": DATA.get(profile or "", profile),
             "headlines": headline_rows(audit, results) if audit else [],
             "chance": chance_sentences(audit) if audit else [],
-            "arithmetic": arithmetic_findings(audit) if audit else [],
+            **findings_by_status(arithmetic_findings(audit) if audit else []),
             "counts": {k: v for k, v in counts.items() if v},
             "family": verdicts.family_line(audit),
             "paths": path_rows(audit) if audit else []}
@@ -282,7 +290,8 @@ def path_rows(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The audit's rerun paths (harness.audit.paths), cheapest first, each with its claim count
     and the models it would download."""
     paths = audit.get("rerun_paths") or {}
-    return [{"name": name, "n": len(p["claims"]), **p}
+    return [{"name": name, "n": len(p["claims"]), **p,
+             "command": None if p.get("command") == "none" else p.get("command")}
             for name, p in sorted(paths.items(), key=lambda kv: _rank(kv[0], PATH_ORDER))]
 
 
@@ -354,10 +363,13 @@ def audit_table(audit: Mapping[str, Any], brief: Any) -> dict[str, Any]:
     checks = sorted(audit.get("arithmetic", []),
                     key=lambda c: _rank(c.get("status"), (*STATUS_ORDER, "holds")))
     return {"rows": [{**c, "rerun": rerun_cell(c.get("evidence") or {}),
+                      "listed_by_id": c.get("verdict") in PRINT_BY_ID,
                       "evidence": brief({k: v for k, v in (c.get("evidence") or {}).items()
                                          if v not in ({}, [], None)})} for c in rows],
-            "verdicts": [v for v in VERDICT_RANK if any(c.get("verdict") == v for c in rows)],
-            "by_id": by_id, "print_by_id": PRINT_BY_ID,
+            "verdicts": {v: n for v in VERDICT_RANK
+                         if (n := sum(c.get("verdict") == v for c in rows))},
+            "by_id": by_id,
             "checks": [{"id": c.get("id"), "check": c.get("check"), "status": c.get("status"),
-                        "detail": check_detail(c)}
-                       for c in checks]}
+                        "holds": c.get("status") == "holds", "detail": check_detail(c)}
+                       for c in checks],
+            "holds": [c.get("id") for c in checks if c.get("status") == "holds"]}
