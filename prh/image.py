@@ -460,7 +460,8 @@ def dinov2_preprocessing(model: nn.Module, img_size: int) -> dict[str, Any]:
 def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_size: int,
                  mean: Sequence[float], std: Sequence[float], batch_size: int,
                  progress: bool | None = None, interpolation: str = "bilinear",
-                 per_block: bool = False, resize: str = "crop") -> np.ndarray:
+                 per_block: bool = False, resize: str = "crop", device: str = "cpu"
+                 ) -> np.ndarray:
     """Embed images (files, or uint8 [n, H, W, 3] pixels) in order -> float32 [n, d] (or
     [n, n_blocks, d] with `per_block`).
 
@@ -468,12 +469,14 @@ def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_
     every transformer block's output, before the final norm (platonic-rep's layer-wise
     protocol: the CLS token at `blocks.{i}.add_1`); it needs a model with `.blocks` (ViT).
     A progress bar is shown only when `progress` is true, or when it is None and stderr is a TTY.
+    `resize`: how an image reaches image_size (RESIZES); `device`: where the model runs (it is
+    moved there), the pixels decoded on the CPU.
     """
     if not isinstance(paths, np.ndarray):
         check_images_exist(paths, "generate or download the images the data set names")
     if per_block and not hasattr(model, "blocks"):
         raise ImageError(f"per_block needs a ViT with .blocks; {type(model).__name__} has none")
-    model.eval()
+    model.to(device).eval()
     show = sys.stderr.isatty() if progress is None else progress
     starts = range(0, len(paths), batch_size)
     if show:
@@ -484,8 +487,9 @@ def embed_images(model: nn.Module, paths: Sequence[Path] | np.ndarray, *, image_
         for start in starts:
             x = normalize(torch.stack([load_image(p, image_size, interpolation, resize)
                                        for p in paths[start:start + batch_size]]), mean, std)
+            x = x.to(device)
             out = cls_per_block(model, x) if per_block else model(x)   # (b, [n_blocks,] d)
-            rows.append(out.float().numpy())
+            rows.append(out.float().cpu().numpy())
     if not rows:
         raise ImageError("embed_images: no image paths given; check the split name")
     return np.concatenate(rows).astype(np.float32, copy=False)

@@ -108,7 +108,7 @@ def test_each_snapshot_is_scored_at_its_best_layer_pair_by_brute_force(
             # float64 rounding (scores are multiples of 1 / (K N))
             assert got["best"] == pytest.approx(grid.max(), abs=1e-12)
             assert grid[tuple(got["pair"])] == pytest.approx(grid.max(), abs=1e-12)
-            assert got["interval"]["lo"] <= got["best"] <= got["interval"]["hi"]
+            assert got["interval"]["ci"][0] <= got["best"] <= got["interval"]["ci"][1]
             assert np.mean(got["per_item"]) == pytest.approx(got["best"], abs=1e-12)
             t, v = got["pair"]
             assert len(got["subsamples"]) == 200

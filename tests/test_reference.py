@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -423,7 +424,8 @@ def test_the_stage_scores_every_pair_and_the_audit_judges_only_scored_models(par
     entry = doc["alignment"][f"minilm|dinov2_vitb14|mknn{K}"]
     assert len(entry["scores"]) == 7 and len(entry["scores"][0]) == 12
     assert entry["best"] == max(map(max, entry["scores"]))
-    assert entry["interval"]["lo"] <= entry["best"] <= entry["interval"]["hi"]
+    lo, hi = entry["interval"]["ci"]
+    assert lo <= entry["best"] <= hi and entry["interval"]["ci_level"] == 0.95
     assert entry["calibrated"]["n_permutations"] == 19
     assert doc["text"]["minilm"]["parameters"] == 22713216
     assert doc["protocol"]["clip"] == {"q": 0.95, "mode": "per_sample"}
@@ -950,7 +952,9 @@ def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     test_img = bench_rows(photo_paths(w["corpus"].split("test"), w["raw"] / "images"))
     assert got["images"] == {"made_by": "this stage", "resize": "squash",
                              "interpolation": "bilinear", "image_size": SIZE,
-                             "pooling": "mean of the final-norm tokens", "unit_rows": True}
+                             "pooling": "mean of the final-norm tokens",
+                             "mean": list(w["cfg"].mean), "std": list(w["cfg"].std),
+                             "unit_rows": True}
     for seed in (0, 1):
         scores, pmap = fit_and_score(pool_img, pool_txt, test_img, test_txt, seed=seed,
                                      cfg=aligner)
@@ -1029,6 +1033,17 @@ def test_table_4s_setting_refuses_class_images_made_otherwise(parts, tmp_path, c
                                                                         "flickr": flickr}}))
         assert stage.main(["--params", w["params"], "--out", str(tmp_path / "x.json")]) == 2
         assert says in capsys.readouterr().err, (key, bad)
+    weights = Path(yaml.safe_load(open(w["params"]))["flickr30k"]["image"]["weights"])
+    weights.unlink()
+    # first-caption without class sets still reads the weights (their facts)
+    doc["wit1024"]["flickr"] = {**doc["wit1024"]["flickr"], "inputs": "first-caption",
+                                "classes": None}
+    ids, emb, meta = load_embeddings(w["image_dir"] / "test.npz")
+    save_embeddings(w["image_dir"] / "test.npz", ids, emb, meta={"config": w["cfg"].to_dict()})
+    open(w["params"], "w").write(yaml.safe_dump(doc))
+    assert stage.main(["--params", w["params"], "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"{weights}: the flickr30k image encoder's weights are missing" in err, err
 
 
 def test_a_same_model_rerun_at_bf16_lands_inside_the_margin_at_wit_scale():
@@ -1125,6 +1140,8 @@ PAIRFREE_RUN = {
                     "parameters_card": 63_165_952}},
     "pair_free_images": {"encoder": {"timm": "vit_base_patch14_dinov2.lvd142m",
                                      "image_size": 224, "width": 768, "layers": 12},
+                         "resize": "squash", "pooling": "mean of the final-norm tokens",
+                         "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
                          "collapsed": False},
     "pair_free": {CLIP: {"n_test": 1000, "n_pool": 14500, "inputs": "benchmark",
                          "aligner": {"clusters": 30, "restarts": 30, "batch": 10000,
@@ -1164,6 +1181,11 @@ def _bound_verdict(values: dict[str, float | None]) -> str:
     ({f"pair_free:{CLIP}:aligner": None}, "the aligner's constants"),
     ({"pair_free_images:encoder:image_size": 56}, "runs at 224, the scored model 56"),
     ({"pair_free_images:encoder:width": 384}, "has width 768, the scored model 384"),
+    ({"pair_free_images:encoder:layers": 24}, "has layers 12, the scored model 24"),
+    ({"pair_free_images:encoder:timm": "vit_small_patch14_dinov2"}, "timm's vit_base_patch14"),
+    ({"pair_free_images:resize": "crop"}, "image rows by resize crop, the benchmark's squash"),
+    ({"pair_free_images:pooling": "final-norm CLS token"}, "image rows by pooling final-norm"),
+    ({"pair_free_images:mean": [0.5, 0.5, 0.5]}, "image rows by mean [0.5, 0.5, 0.5]"),
     ({"pair_free_images:collapsed": True}, "the image pool's rows collapse"),
     ({"pair_free_images": {}}, "records no architecture of the pair-free image encoder"),
     ({f"text:{CLIP}": {"model_type": "bert", "hidden": 384, "layers": 6,

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from harness.audit import setting
 from harness.audit.claims import (
     Claim,
     Registry,
@@ -108,9 +109,9 @@ def evidence_for(claim: Claim, verdict: str, ctx: Context) -> str:
         return (f"the number of {claim.setup.get('model')} on {data}, from the reference stage's "
                 "scores of the same model on the same items")
     if claim.rule == "pairfree_bound":
-        return (f"{claim.setup.get('model')} on pair-free pools of Flickr30k's train photos as "
-                "this tool draws them (assumed: the paper's are some 15,000 a side), from the "
-                "reference stage's scores")
+        return (f"{claim.setup.get('model')} on pair-free pools of Flickr30k's train photos, "
+                "from the reference stage's scores, on the benchmark's setting only (assumed: "
+                f"{setting.pairfree_assumed()})")
     if claim.rule == "web_text":
         return (f"the claim's number on {data} from the recap runs trained as the claim says "
                 "(its texts, images and samples), over their seeds and the benchmark's items")

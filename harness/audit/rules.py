@@ -374,9 +374,9 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
                            f"inside its permutation null (p = {cal['p_value']:.3f} > "
                            f"{cal['alpha']}), evidence of nothing", evidence)
     if "chance" in entry:  # Flickr30k R@1: its interval over the test pairs against 1/n
-        evidence.update({"ci": [entry["interval"]["lo"], entry["interval"]["hi"]],
-                         "n_pairs": entry["n_pairs"], "chance": entry["chance"]})
-        if entry["interval"]["lo"] <= entry["chance"]:
+        evidence.update({"ci": entry["interval"]["ci"], "n_pairs": entry["n_pairs"],
+                         "chance": entry["chance"]})
+        if entry["interval"]["ci"][0] <= entry["chance"]:
             return Verdict("inconclusive", f"at chance: {model}'s R@1 {run:.4f} has an interval "
                            f"reaching 1/n = {entry['chance']:.4f}, evidence of nothing",
                            evidence)

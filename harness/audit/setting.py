@@ -155,6 +155,8 @@ def pairfree_differences(setup: Mapping[str, Any], doc: Mapping[str, Any],
                    f"benchmark's are {want['inputs']}")
     images = doc.get("pair_free_images") or {}
     out += _vision("the pair-free image encoder", want["encoder"], images.get("encoder"))
+    out += [f"image rows by {k} {images.get(k)}, the benchmark's {v}"
+            for k, v in want["rows"].items() if images.get("encoder") and images.get(k) != v]
     if images.get("collapsed"):
         out.append("the image pool's rows collapse (every cosine between photos within "
                    "float32 rounding, as timm's random initialisation gives): there is no "

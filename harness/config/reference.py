@@ -276,7 +276,8 @@ def missing_paths(cfg: ReferenceConfig) -> list[str]:
     if cfg.flickr:
         made = [cfg.flickr.image / f"{s}.npz" for s in FLICKR_SPLITS]
         paths += [cfg.flickr.dataset, *(p for _, p in cfg.flickr.classes)]
-        made += [cfg.flickr.image / "pool_images.npz"] if cfg.flickr.pairfree_seeds else []
+        made += [cfg.flickr.image / "pool_images.npz"] if cfg.flickr.pairfree_seeds and \
+            cfg.flickr.inputs == "first-caption" else []
     return [str(p) for p in paths if not p.exists()] + [
         f"{p} (made by the image stage of a {PAIRFREE_PROFILE} run: `dvc repro image` "
         f"with `profile: {PAIRFREE_PROFILE}`)" for p in made if not p.exists()]

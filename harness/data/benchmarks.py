@@ -107,8 +107,7 @@ def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> 
     ci = bootstrap_ci(hits, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
     return {"r_at_1": float(hits.mean()), "n_pairs": len(tr_txt) + len(va_txt),
             "n_test": len(te_txt), "chance": 1 / len(te_txt),
-            "interval": {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
-                         "resamples": "the test pairs", "n_resamples": ci.n_resamples},
+            "interval": {**ci.to_dict(), "resamples": "the test pairs"},
             "per_pair": hits.astype(int).tolist(),  # each test pair's hit, for paired intervals
             "pooling": "mean of the last hidden state over the attention mask",
             "pairs": "every train photo and every val photo with its first caption"}
@@ -119,5 +118,4 @@ def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
     from harness.stats.estimators import bootstrap_ci
 
     ci = bootstrap_ci(per_item, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
-    return {"lo": ci.lo, "hi": ci.hi, "level": ci.level, "method": ci.method,
-            "resamples": "the WIT items, at the best layer pair", "n_resamples": ci.n_resamples}
+    return {**ci.to_dict(), "resamples": "the WIT items, at the best layer pair"}

@@ -13,7 +13,8 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "alignment": {"TEXT|VISION|METRIC": {text, vision, metric, k, best, pair: [text layer,
                    vision layer], scores: [[...]], calibrated: {raw, threshold, p_value,
                    calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
-                   interval: {lo, hi, level, method, resamples, n_resamples} | null,
+                   interval: {ci: [lo, hi], ci_level, ci_method, n, n_resamples, note,
+                   resamples} | null (the interval shape of results.json),
                    per_item: [n] | null (mutual k-NN at the best pair, in item order),
                    degenerate: {MODEL: [collapsed layers]} (prh.layers.degenerate_layers),
                    other_protocol: {name, best, pair}: the same score with the text features

@@ -120,11 +120,11 @@ def read_pairfree(cfg: ReferenceConfig, params_path: Path) -> PairFreeInputs | N
                             "paper's dinov2_vitb14")
     bench = cfg.flickr.inputs == "benchmark"
     weights = weights_path(block.get("image") or {}, cfg.flickr.dataset.parent)
-    if (bench or cfg.flickr.classes) and not weights.exists():
+    if not weights.exists():
         raise ContractError(f"{weights}: the {PAIRFREE_PROFILE} image encoder's weights are "
-                            "missing; Table 4's setting embeds the "
+                            "missing; Table 4's setting embeds its "
                             + ("photos and class images" if bench else "class images")
-                            + " with them")
+                            + " with them and records their architecture and digest")
     pool, test = img_half[:ev.pairfree_pool], corpus.split("test")
     readers = {"in100": classsets.read_in100,
                "cifar10": lambda r: classsets.read_cifar(r, "cifar10"),
@@ -178,13 +178,14 @@ def image_rows(pf: PairFreeInputs) -> dict[str, Any]:
     whole image resized to S x S, bilinear; ImageNet's mean and std; the mean over the
     final-norm tokens, `prh.image.TokenMean`; every row to unit length); "first-caption", as
     the flickr30k image stage embedded the pools (its transform, the final-norm CLS token)."""
+    norm = {"mean": list(pf.image.mean), "std": list(pf.image.std)}
     if pf.inputs == "benchmark":
         return {"made_by": "this stage", "resize": "squash", "interpolation": "bilinear",
                 "image_size": pf.image.image_size, "pooling": "mean of the final-norm tokens",
-                "unit_rows": True}
+                **norm, "unit_rows": True}
     return {"made_by": "the flickr30k image stage", "resize": "crop",
             "interpolation": pf.image.interpolation, "image_size": pf.image.image_size,
-            "pooling": "final-norm CLS token", "unit_rows": False}
+            "pooling": "final-norm CLS token", **norm, "unit_rows": False}
 
 
 # rows of the image pool whose cosines `degenerate_layers` checks (a 14,500-row Gram matrix
@@ -192,13 +193,14 @@ def image_rows(pf: PairFreeInputs) -> dict[str, Any]:
 COLLAPSE_ROWS = 1024
 
 
-def table4_images(pf: PairFreeInputs, test_img: np.ndarray) -> dict[str, Any]:
+def table4_images(pf: PairFreeInputs, test_img: np.ndarray, device: str = "cpu"
+                  ) -> dict[str, Any]:
     """Table 4's image rows by `image_rows`: {"pool", "test": [n, d], "classes": {class set:
     [n, d]}, "facts": how they were made, the encoder's architecture and weights' digest, and
     whether the pool's rows collapse (`prh.layers.degenerate_layers` on its first
-    COLLAPSE_ROWS)}. "benchmark" embeds the pool and test photos and the class images here;
-    "first-caption" reads the pools and test photos from the image stage and embeds the class
-    images the way it did."""
+    COLLAPSE_ROWS)}, on `wit1024.device`. "benchmark" embeds the pool and test photos and
+    the class images here; "first-caption" reads the pools and test photos from the image stage
+    and embeds the class images the way it did."""
     from prh import image
     from prh.align import unit_or_zero
     from prh.classsets import IN100_N
@@ -222,7 +224,8 @@ def table4_images(pf: PairFreeInputs, test_img: np.ndarray) -> dict[str, Any]:
         start = time.perf_counter()
         x = image.embed_images(model, images, image_size=how["image_size"], mean=pf.image.mean,
                                std=pf.image.std, batch_size=pf.image.embed_batch_size,
-                               interpolation=how["interpolation"], resize=how["resize"])
+                               interpolation=how["interpolation"], resize=how["resize"],
+                               device=device)
         print(f"reference: {name}: {len(x)} images"
               + (f" of {n_classes} classes" if n_classes else "")
               + f" embedded in {time.perf_counter() - start:.1f} s ({how['resize']}, "
@@ -341,6 +344,9 @@ def _pairfree_all(cfg: ReferenceConfig, pf: PairFreeInputs, images: dict[str, An
     """(pair_free, pair_free_arms): the public encoders' rows and the trained arms' fitted in
     one batch (`_pairfree_scores`)."""
     pf_arms, arm_rows = _arm_rows(cfg, pf, images, runs) if runs else ({}, {})
+    if set(pf_rows) & set(arm_rows):
+        raise ContractError(f"wit1024: {sorted(set(pf_rows) & set(arm_rows))} names both a text "
+                            "model and a trained run; rename the model in wit1024.text")
     fitted = _pairfree_scores(cfg, pf, {**pf_rows, **arm_rows})
     for folder, run in (runs or {}).items():
         if str(folder) in arm_rows:
@@ -568,7 +574,7 @@ def score_all(inp: ReferenceInputs) -> dict[str, Any]:
     """Every text model, then every vision model, then the alignments: the scores file."""
     cfg, benches, sts, flickr, pf, runs = (inp.cfg, inp.benches, inp.sts, inp.flickr, inp.pf,
                                            inp.runs)
-    images = table4_images(pf, flickr["test"][1]) if pf and flickr else None
+    images = table4_images(pf, flickr["test"][1], cfg.device) if pf and flickr else None
     text, alt, text_info, sts_out, flickr_out, pf_rows = _text(cfg, benches, sts, flickr, pf,
                                                                images)
     vision = {b: vision_layers(cfg, data) for b, data in benches.items()}
