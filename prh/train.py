@@ -44,7 +44,14 @@ from prh.io import write_json
 from prh.losses import SIGReg, lejepa_loss, ntp_loss
 from prh.models import Projector, TextEncoder, TextEncoderConfig, count_parameters
 from prh.tokenizer import Tokenizer
-from prh.train_config import TrainConfig, encoder_config, resolve, run_identity, view_config
+from prh.train_config import (
+    Resolved,
+    TrainConfig,
+    encoder_config,
+    resolve,
+    run_identity,
+    view_config,
+)
 from prh.views import check_fits
 
 # stable-pretraining's LeJEPA benchmark (benchmarks/imagenet10/lejepa-vit-small.py) warms up
@@ -73,7 +80,8 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
                        out_dir: Path, *, eval_hook: EvalHook | None = None,
                        on_epoch: Callable[[int, dict[str, float]], None] | None = None,
                        progress: bool | None = None,
-                       val_texts: list[str] | None = None) -> dict[str, float]:
+                       val_texts: list[str] | None = None,
+                       resolved: Resolved | None = None) -> dict[str, float]:
     """Train one arm on `photos`; resume from out_dir/checkpoint.pt when it matches `cfg`.
 
     Writes out_dir/config.json at the start, curve.json every epoch and checkpoint.pt every
@@ -84,9 +92,9 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
     epoch's `on_epoch` (or a tracker's unsent buffer) would otherwise lose them. With `val_texts`
     the NTP arm also logs `val_loss` every epoch, their next-token loss
     (prh.encode_text.make_val_loss; JEPA arms have no next-token head and ignore them).
-    Returns the last epoch's metrics.
+    Returns the last epoch's metrics. `resolved`: what the config implies at this world size,
+    when the caller has it (the train stage logs it); computed here otherwise, once.
     """
-    cfg.validate()
     if not photos:
         raise ValueError("train_text_encoder: no training photos")
     out_dir = Path(out_dir)
@@ -101,18 +109,21 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
                    where=f"train.max_len={cfg.max_len}: training captions (sorted)")
         bank = CaptionBank.build(photos, ids, views, tokenizer.pad_id)  # token matrix, once
         tok_files = tokenizer_files(tokenizer)
-        state = build_state(cfg, enc_cfg, proc)
+        resolved = resolved or resolve(cfg, proc.world)
+        if resolved.world_size != proc.world:
+            raise ValueError(f"resolved for {resolved.world_size} processes, run on {proc.world}")
+        state = build_state(cfg, enc_cfg, proc, resolved)
         steps_per_epoch = math.ceil(len(photos) // proc.world / cfg.batch_size)
         total_steps = cfg.epochs * steps_per_epoch
         warmup_steps = cfg.warmup_epochs * steps_per_epoch
         start_epoch, step, curve = resume(ckpt_path, identity, state.net, state.sigreg,
                                           state.optimizer)
-        resolved = _resolved_config(state, enc_cfg, identity, proc, steps_per_epoch)
+        as_run = _resolved_config(state, enc_cfg, identity, proc, steps_per_epoch, resolved)
         val_loss = (make_val_loss(state.net.encoder, tokenizer, cfg.max_len, proc.device,
                                   list(val_texts))
                     if val_texts and cfg.arm == "ntp" and proc.rank == 0 else None)
         if proc.rank == 0:
-            write_json(out_dir / "config.json", resolved)
+            write_json(out_dir / "config.json", as_run)
             with rng_untouched():
                 for done in curve if on_epoch is not None else ():
                     on_epoch(int(done["epoch"]), dict(done))
@@ -152,7 +163,7 @@ def train_text_encoder(cfg: TrainConfig, photos: list[Photo], tokenizer: Tokeniz
             if proc.rank == 0:
                 if epoch % cfg.speed.checkpoint_every == 0 or epoch == cfg.epochs:
                     write_checkpoint(ckpt_path, {
-                        "format": CHECKPOINT_FORMAT, "identity": identity, "config": resolved,
+                        "format": CHECKPOINT_FORMAT, "identity": identity, "config": as_run,
                         "net": state.net.state_dict(), "sigreg": state.sigreg.state_dict(),
                         "optimizer": state.optimizer.state_dict(), "epoch": epoch,
                         "step": step, "curve": curve, "rng": rng_states(),
@@ -234,7 +245,8 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float) -> flo
     return final + 0.5 * (base_lr - final) * (1 + math.cos(math.pi * progress))
 
 
-def build_state(cfg: TrainConfig, enc_cfg: TextEncoderConfig, proc: Process) -> TrainState:
+def build_state(cfg: TrainConfig, enc_cfg: TextEncoderConfig, proc: Process,
+                resolved: Resolved | None = None) -> TrainState:
     """Encoder (+ projector for JEPA), SIGReg and AdamW on `proc.device`, seeded by `cfg.seed`
     (the same on every rank), the network wrapped in DDP when the run has several processes.
     AdamW betas (0.9, 0.999) as stable-pretraining's LeJEPA benchmark
@@ -250,7 +262,7 @@ def build_state(cfg: TrainConfig, enc_cfg: TextEncoderConfig, proc: Process) -> 
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
                                   weight_decay=cfg.weight_decay,
                                   fused=proc.device.type == "cuda")
-    lamb = resolve(cfg, proc.world).lamb
+    lamb = (resolved or resolve(cfg, proc.world)).lamb
     return TrainState(net, ddp_wrap(net, proc), sigreg, optimizer,
                       0.0 if lamb is None else lamb, cfg)
 
@@ -274,11 +286,11 @@ class Net(nn.Module):
 
 
 def _resolved_config(state: TrainState, enc_cfg: TextEncoderConfig, identity: str,
-                     proc: Process, steps_per_epoch: int) -> dict[str, Any]:
+                     proc: Process, steps_per_epoch: int, resolved: Resolved
+                     ) -> dict[str, Any]:
     """config.json: the config as run, with what it implies (world size, the lamb the loss
     uses, the effective SIGReg weight)."""
     cfg = state.cfg
-    resolved = resolve(cfg, proc.world)
     return {"train": cfg.to_dict(), "encoder": asdict(enc_cfg), "identity": identity,
             "world_size": proc.world, "device": str(proc.device), "lamb": resolved.lamb,
             "n_parameters": count_parameters(state.net), "steps_per_epoch": steps_per_epoch,

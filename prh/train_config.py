@@ -96,9 +96,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         """Build from a plain dict (params.yaml), rejecting unknown keys and wrong types."""
-        cfg = dataclass_from_dict(cls, d, "train")
-        cfg.validate()
-        return cfg
+        return dataclass_from_dict(cls, d, "train")  # validated by __post_init__
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data as in params.yaml (tuples as lists), as this run's arm reads it
@@ -107,6 +105,9 @@ class TrainConfig:
         d = json.loads(json.dumps(asdict(self)))
         d["views"] = {k: d["views"][k] for k in VIEW_KEYS}
         return arm_section(d, self.arm)
+
+    def __post_init__(self) -> None:  # frozen: validated once, when it is made
+        self.validate()
 
     def validate(self) -> None:
         """Raise ValueError naming the key and the fix for any out-of-range value."""

@@ -61,7 +61,6 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
     out_dir/accounting.json; `on_checkpoint(row)` runs then. checkpoint.pt is written there and
     every `stream.save_every` steps. `stop_after`: return after that many steps of this call
     (a test's kill). Returns the account rows."""
-    cfg.validate()
     stream.validate()
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoint.pt"

@@ -96,6 +96,29 @@ def test_bad_configs_name_the_key_and_the_fix(d: dict, message: str) -> None:
         TrainConfig.from_dict(d)
 
 
+def test_a_config_is_validated_when_made_and_resolved_once_a_run(corpus, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """TrainConfig is frozen and checks itself when made (no later call re-validates it); a
+    training resolves what the config implies once (the lamb the loss uses, config.json's
+    effective weight), or not at all when the caller passes its own (the train stage)."""
+    import prh.train
+    from prh.train_config import resolve
+
+    with pytest.raises(ValueError, match="train.epochs=0 is out of range"):
+        tiny_cfg(epochs=0)
+    calls = []
+    monkeypatch.setattr(prh.train, "resolve", lambda *a: calls.append(a) or resolve(*a))
+    photos, tok = corpus
+    train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path / "a")
+    assert len(calls) == 1
+    train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path / "b",
+                       resolved=resolve(tiny_cfg(epochs=1), 1))
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="resolved for 2 processes, run on 1"):
+        train_text_encoder(tiny_cfg(epochs=1), photos, tok, tmp_path / "c",
+                           resolved=resolve(tiny_cfg(epochs=1), 2))
+
+
 def test_captions_longer_than_max_len_are_refused_before_anything_is_written(
         corpus, tmp_path: Path) -> None:
     photos, tok = corpus

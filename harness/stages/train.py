@@ -139,7 +139,8 @@ def train_and_write(args: Any, run: TrainRun) -> str:
         train_text_encoder(run.cfg, run.corpus.split("train"), run.tokenizer, run.work,
                            eval_hook=make_eval_hook(args.image, fit, test),
                            on_epoch=lambda epoch, m: tracking.log_epoch(m, epoch),
-                           val_texts=eval_captions(fit))  # the fit pairs' captions
+                           val_texts=eval_captions(fit),  # the fit pairs' captions
+                           resolved=resolved)
         encode = load_text_encoder(run.work)
         with atomic_dir(args.out) as tmp:
             write_embeddings(tmp, encode, run.corpus, {"arm": args.arm, "seed": args.seed})
