@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 from harness.config.params import load_params
 from harness.records.runfile import run_name
@@ -26,49 +27,60 @@ def main(argv: list[str]) -> int:
                              "JSON files (ARM.json, A-B.json) for `dvc metrics show`")
     args = parser.parse_args(argv)
     # imported after parsing, so `harness aggregate --help` answers at once
-    from harness.records.flat import aggregate_metrics
-    from harness.records.results import (
-        aggregate_calibrated,
-        aggregate_pair_free,
-        aggregate_runs,
-        read_align_runs,
-        results_document,
-    )
-    from harness.stats.curves import arm_curve
-    from harness.tracking import mlflow_runs as tracking
-    from prh.gallery import curve_over_seeds
+    from harness.records.results import read_align_runs
 
     try:  # parse and load: every run file and per-query file, checked
         params = load_params(args.params)
-        ev, arms, seeds = params.eval_config(), params.arms, params.seeds
-        runs = read_align_runs(args.align_dir, arms, seeds,
-                               {arm: params.arm_hash(arm) for arm in arms})
+        runs = read_align_runs(args.align_dir, params.arms, params.seeds,
+                               {arm: params.arm_hash(arm) for arm in params.arms})
         summary = read_json(args.prepared / "summary.json")
+        stats = gather(runs, params)
     except ContractError as e:
         return fail(e)
-    try:  # compute: each arm's gallery-size curve (prh.gallery), calibrated and pair-free
-        # scores and epoch curves over its seeds, then every metric and gap (harness.records)
-        per_arm = {
-            "gallery_curve": {a: curve_over_seeds(c)
-                              for a, c in runs.by_arm("gallery_curve", arms, seeds).items()},
-            "calibrated": aggregate_calibrated(
-                {key: b["calibrated"] for key, b in runs.blocks.items()}, arms, seeds),
-            "pair_free": aggregate_pair_free(
-                {key: b["pair_free"] for key, b in runs.blocks.items()}, arms, seeds),
-            "curve": {a: arm_curve({str(s): runs.epoch_curves[a, s] for s in seeds})
-                      for a in arms},
-            "trainval_map": {a: runs.blocks[a, seeds[0]]["trainval_map"] for a in arms}}
     except ValueError as e:
         return fail(ContractError(f"{args.align_dir}: {e}"))
+    write(args, params, runs, summary, stats)
+    return 0
+
+
+def gather(runs: Any, params: Any) -> dict[str, Any]:
+    """Every metric and gap of results.json (harness.records.results), and per arm its
+    gallery-size curve (prh.gallery), calibrated and pair-free scores and epoch curves over
+    its seeds, and what its train + val map was fitted on."""
+    from harness.records.results import aggregate_calibrated, aggregate_pair_free, aggregate_runs
+    from harness.stats.curves import arm_curve
+    from prh.gallery import curve_over_seeds
+
+    ev, arms, seeds = params.eval_config(), params.arms, params.seeds
+    per_arm = {
+        "gallery_curve": {a: curve_over_seeds(c)
+                          for a, c in runs.by_arm("gallery_curve", arms, seeds).items()},
+        "calibrated": aggregate_calibrated(
+            {key: b["calibrated"] for key, b in runs.blocks.items()}, arms, seeds),
+        "pair_free": aggregate_pair_free(
+            {key: b["pair_free"] for key, b in runs.blocks.items()}, arms, seeds),
+        "curve": {a: arm_curve({str(s): runs.epoch_curves[a, s] for s in seeds}) for a in arms},
+        "trainval_map": {a: runs.blocks[a, seeds[0]]["trainval_map"] for a in arms}}
     stats = aggregate_runs(runs.per_query, runs.metrics, arms, seeds, k=ev.k,
                            level=ev.ci_level, n_resamples=ev.n_resamples,
                            seed=ev.bootstrap_seed)
     for arm in arms:
         stats["arms"][arm].update({block: values[arm] for block, values in per_arm.items()})
-    # track: a run per arm with the seed runs nested, under a run with the gaps
+    return stats
+
+
+def write(args: Any, params: Any, runs: Any, summary: dict[str, Any],
+          stats: dict[str, Any]) -> None:
+    """MLflow (a run per arm with the seed runs nested, under a run with the gaps), --out,
+    the flat --metrics files, one line per arm."""
+    from harness.records.flat import aggregate_metrics
+    from harness.records.results import results_document
+    from harness.tracking import mlflow_runs as tracking
+
+    ev, arms, seeds = params.eval_config(), params.arms, params.seeds
     run_id = tracking.log_results(stats, runs.mlflow, profile=params.profile,
                                   params_hash=params.hash, data_hash=summary["data_hash"])
-    write_json(args.out, results_document(  # write
+    write_json(args.out, results_document(
         stats, profile=params.profile, params_hash=params.hash, summary=summary,
         n_test=int(len(runs.ids)), mlflow_run_id=run_id,
         runs=[str(args.align_dir / f"{run_name(a, s)}.json")
@@ -83,4 +95,3 @@ def main(argv: list[str]) -> int:
         r1 = stats["arms"][arm]["metrics"]["r_at_1"]
         print(f"aggregate: {arm:<4} R@1 mean {r1['mean']:.3f} over seeds {list(seeds)}, "
               f"{ev.ci_level:.0%} interval over test pairs [{r1['ci'][0]:.3f}, {r1['ci'][1]:.3f}]")
-    return 0

@@ -50,30 +50,14 @@ def main(argv: list[str]) -> int:
     """Audit --claims against --results, --theory and --contamination under --params (by
     default the files the pipeline's audit stage reads); write the verdicts to --out, if given;
     with --fail-on, exit 1 naming every claim or check that trips the gate."""
-    from harness.audit.claims import load_registry
     from harness.audit.judge import audit
-    from harness.audit.rules import Context
 
     args = audit_parser().parse_args(argv)
     try:
-        web_text = read_optional(args.web_text, RECAP_SCORES)
-        if web_text is not None:  # the recap profile: no training profile's params
-            profile, margins, results = "recap", web_text_margins(args.params), None
-        else:
-            params = load_params(args.params)
-            results = read_optional(args.results, RESULTS)
-            if results is not None:
-                check_params_hash(results, params.hash, str(args.results))
-            profile, margins = data_label(params.profile, results), params.margins
         fail_on = parse_fail_on(args.fail_on)
         baseline = load_baseline(args.baseline) if args.baseline else None
-        registry = load_registry(args.claims)
-        scores = read_optional(args.reference, REFERENCE)
-        if results is None and scores and web_text is None:
-            profile = "wit1024"
-        doc = audit(registry, Context(registry.claims, profile, results,
-                                      read_optional(args.theory, THEORY),
-                                      margins=margins, reference=scores, web_text=web_text))
+        registry, ctx = audit_inputs(args)
+        doc = audit(registry, ctx)
         tripped = gate(doc, fail_on, baseline)
     except ContractError as e:
         return fail(e)
@@ -87,6 +71,30 @@ def main(argv: list[str]) -> int:
         write_json(args.out, doc)
         print(f"wrote {args.out}")
     return report_gate("audit", tripped, ungated(doc, fail_on, baseline))
+
+
+def audit_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the registry, the audit's Context): the web-text scores (the recap profile, with no
+    training profile's params), else params.yaml, results.json checked against it, and the
+    reference scores (the wit1024 profile when there are no results)."""
+    from harness.audit.claims import load_registry
+    from harness.audit.rules import Context
+
+    web_text = read_optional(args.web_text, RECAP_SCORES)
+    if web_text is not None:
+        profile, margins, results = "recap", web_text_margins(args.params), None
+    else:
+        params = load_params(args.params)
+        results = read_optional(args.results, RESULTS)
+        if results is not None:
+            check_params_hash(results, params.hash, str(args.results))
+        profile, margins = data_label(params.profile, results), params.margins
+    registry = load_registry(args.claims)
+    scores = read_optional(args.reference, REFERENCE)
+    if results is None and scores and web_text is None:
+        profile = "wit1024"
+    return registry, Context(registry.claims, profile, results, read_optional(args.theory, THEORY),
+                             margins=margins, reference=scores, web_text=web_text)
 
 
 def audit_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ the align stage uses the first `eval.pairfree_pool` rows)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from harness.stages.common import fail, preflight, stage_parser, weights_path
 from prh.io import ContractError, atomic_dir, save_embeddings
@@ -32,14 +33,13 @@ def main(argv: list[str]) -> int:
         check_splits(corpus)
         if params.profile != "world":  # the world is generated to params.yaml's sizes
             from harness.config.validate import check_data
-
             check_data(params, corpus)  # before any embedding
         images, cache = args.raw / "images", dvc_cache_dir()
         train = corpus.split("train")
         splits = {"val": corpus.split("val"), "test": corpus.split("test"), "train": train}
-        pool = pairfree_halves(train)[0]
-        needed = [*splits["val"], *splits["test"], *train]
-        image.check_images_exist(photo_paths(needed, images, cache),
+        pool, model = pairfree_halves(train)[0], None
+        image.check_images_exist(photo_paths([p for ps in splits.values() for p in ps], images,
+                                             cache),
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
         if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
@@ -48,20 +48,30 @@ def main(argv: list[str]) -> int:
     except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:
-        if cfg.encoder == "world_cnn":
-            paths = photo_paths(train, images, cache)
-            # one frozen image encoder for every text run, as DINOv2 is (seed 0, assumed)
-            model = image.train_world_image_encoder(paths, cfg, 0, tmp / "encoder.pt")
-        for name, photos in splits.items():  # check_splits: none is empty
-            emb = image.embed_images(model, photo_paths(photos, images, cache),
-                                     image_size=cfg.image_size, mean=cfg.mean, std=cfg.std,
-                                     batch_size=cfg.embed_batch_size, progress=None,
-                                     interpolation=cfg.interpolation)
-            meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params.hash}
-            save_embeddings(tmp / f"{name}.npz", [p.id for p in photos], emb, meta=meta)
-            if name == "train" and pool:  # a train split of one photo has no pair-free pool
-                save_embeddings(tmp / "pool_images.npz", [p.id for p in pool], emb[:len(pool)],
-                                meta=meta)
+        embed_splits(tmp, cfg, model, splits, pool,
+                     lambda photos: photo_paths(photos, images, cache), params.hash)
     print(f"image: embedded {', '.join(f'{n} ({len(p)})' for n, p in splits.items())} "
           f"with {cfg.encoder}; pool_images: the first {len(pool)} train rows")
     return 0
+
+
+def embed_splits(out: Path, cfg: Any, model: Any, splits: dict[str, list[Any]], pool: list[Any],
+                 paths: Any, params_hash: str) -> None:
+    """Into `out`: {val,test,train}.npz and pool_images.npz (the first rows of train), each
+    with its encoder, config and params hash. `model` None: the world's CNN, trained here on
+    the train photos first (one frozen image encoder for every text run, as DINOv2 is; seed 0,
+    assumed), its checkpoint as encoder.pt."""
+    from prh import image
+
+    if model is None:
+        model = image.train_world_image_encoder(paths(splits["train"]), cfg, 0,
+                                                out / "encoder.pt")
+    meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params_hash}
+    for name, photos in splits.items():  # check_splits: none is empty
+        emb = image.embed_images(model, paths(photos), image_size=cfg.image_size, mean=cfg.mean,
+                                 std=cfg.std, batch_size=cfg.embed_batch_size, progress=None,
+                                 interpolation=cfg.interpolation)
+        save_embeddings(out / f"{name}.npz", [p.id for p in photos], emb, meta=meta)
+        if name == "train" and pool:  # a train split of one photo has no pair-free pool
+            save_embeddings(out / "pool_images.npz", [p.id for p in pool], emb[:len(pool)],
+                            meta=meta)

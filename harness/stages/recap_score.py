@@ -80,11 +80,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the scores JSON")
     args = parser.parse_args(argv)
     from harness.config.recap import read_section, runs_of
-    from harness.data.benchmarks import read_flickr, vision_layers, wit_digest
+    from harness.data.benchmarks import read_flickr
     from harness.records.runfile import run_name
-    from harness.records.schemas import RECAP_SCORES
-    from harness.report.recap import score
-    from prh.metrics import SUBSAMPLE_DRAWS, subsample_indices
     from prh.wit import WitError, read_wit
 
     try:
@@ -101,6 +98,20 @@ def main(argv: list[str]) -> int:
         setups = {run: run_setup(args.runs_dir / run, args.subset) for run in runs}
     except (ContractError, WitError) as e:
         return fail(e)
+    doc = score_runs(cfg, names, setups, snapshots, wit, flickr)
+    write_json(args.out, doc)
+    print(f"recap_score: {args.out} ({', '.join(names) or 'no benchmark named: nothing scored'})")
+    return 0
+
+def score_runs(cfg: Any, names: tuple[str, ...], setups: dict[str, Any],
+               snapshots: dict[str, list[Path]], wit: Any, flickr: Any) -> dict[str, Any]:
+    """The scores file: the reference vision features and subsample draws once, then every
+    run's snapshots on each benchmark named (`score_snapshot`)."""
+    from harness.data.benchmarks import vision_layers, wit_digest
+    from harness.records.schemas import RECAP_SCORES
+    from harness.report.recap import score
+    from prh.metrics import SUBSAMPLE_DRAWS, subsample_indices
+
     doc: dict[str, Any] = {"schema": str(RECAP_SCORES), "benchmarks": list(names),
                            "setups": setups, "runs": {}}
     vision = subsamples = None
@@ -124,6 +135,4 @@ def main(argv: list[str]) -> int:
         for row in doc["runs"][run]:
             print(f"recap_score: {run} at {row['samples']:,} samples: "
                   + ", ".join(f"{b} {score(row, b)}" for b in names))  # None: skipped
-    write_json(args.out, doc)
-    print(f"recap_score: {args.out} ({', '.join(names) or 'no benchmark named: nothing scored'})")
-    return 0
+    return doc

@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.config.recap import BY_SAMPLES
 from harness.config.recap_train import configs
@@ -35,7 +36,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="this arm's folder")
     args = parser.parse_args(argv)
     from harness.tracking import mlflow_runs as tracking
-    from harness.tracking.fingerprint import environment_fingerprint
     from prh.stream import StreamData
     from prh.tokenizer import Tokenizer
     from prh.train_config import encoder_config
@@ -56,6 +56,24 @@ def main(argv: list[str]) -> int:
     if rank > 0:  # torchrun: rank 0 tracks and writes outputs
         train_stream(cfg, stream, data, tokenizer, work)
         return 0
+    rows, run_id = train_tracked(args, cfg, stream, data, tokenizer, work, identity)
+    shutil.rmtree(work, ignore_errors=True)
+    last = rows[-1]
+    print(f"recap_train: {name}: {last['samples']:,} samples, {last['texts']:,} texts, "
+          f"{last['tokens']:,} tokens, {last['unique_images']:,} unique images "
+          f"(MLflow run {run_id})")
+    return 0
+
+
+def train_tracked(args: Any, cfg: Any, stream: Any, data: Any, tokenizer: Any, work: Path,
+                  identity: str) -> tuple[list[dict[str, Any]], str]:
+    """Rank 0: train under one MLflow run (resumed with the work folder), write --out (the
+    snapshots, run.json with the account and config); (the account rows, the run's id)."""
+    from harness.tracking import mlflow_runs as tracking
+    from harness.tracking.fingerprint import environment_fingerprint
+    from prh.train_stream import train_stream
+
+    name = run_name(args.arm, cfg.seed)
     env = environment_fingerprint()
     tags = {"arm": args.arm, "seed": cfg.seed, "profile": "recap",
             "dvc_stage": f"recap_train@{args.arm}-{cfg.seed}", "config_hash": identity[:12],
@@ -79,9 +97,4 @@ def main(argv: list[str]) -> int:
                 "mlflow_run_id": run.info.run_id, "config_hash": identity[:12],
                 "seconds_last_attempt": round(seconds, 2), "environment": env,
                 **tracking.git_state()})
-    shutil.rmtree(work, ignore_errors=True)
-    last = rows[-1]
-    print(f"recap_train: {name}: {last['samples']:,} samples, {last['texts']:,} texts, "
-          f"{last['tokens']:,} tokens, {last['unique_images']:,} unique images "
-          f"(MLflow run {run.info.run_id})")
-    return 0
+    return rows, run.info.run_id

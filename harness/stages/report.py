@@ -8,6 +8,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, write_json, write_text
@@ -18,6 +19,15 @@ INPUTS = ("results", "theory", "contamination", "audit", "params", "provenance",
 
 def main(argv: list[str]) -> int:
     """Read the pipeline's files, write the report to --html and, with --pdf, print it."""
+    args = report_parser().parse_args(argv)
+    try:
+        ctx = load(args)
+    except ContractError as e:
+        return fail(e)
+    return write(args, ctx)
+
+
+def report_parser() -> argparse.ArgumentParser:
     parser = stage_parser("report", main.__doc__)
     parser.add_argument("--results", type=Path, required=True, help="aggregate's results JSON")
     parser.add_argument("--runs-dir", type=Path, required=True, help="align stages' folder")
@@ -47,23 +57,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a section is absent, a run file mismatches or the "
                              "PDF runs off a page (for CI)")
-    args = parser.parse_args(argv)
-    # imported after parsing, so `harness report --help` answers at once
+    return parser
+
+
+def load(args: argparse.Namespace) -> dict[str, Any]:
+    """The report's context from the files `args` names (at --rev when given)."""
     from harness.audit.claims import REGISTRY
     from harness.report.context import ReportPaths, build_context
-    from harness.report.render import render, write_pdf
-    from harness.tracking import mlflow_runs as tracking
 
     with tempfile.TemporaryDirectory(prefix="harness-report-") as tmp:
         if args.rev is not None:
-            try:
-                inputs_at(args, args.rev, Path(tmp))
-            except ContractError as e:
-                return fail(e)
-        ctx = build_context(ReportPaths(args.results, args.runs_dir, args.theory,
-                                        args.contamination, args.audit, args.params,
-                                        args.provenance, args.prepared, args.probe,
-                                        args.claims or REGISTRY))
+            inputs_at(args, args.rev, Path(tmp))
+        return build_context(ReportPaths(args.results, args.runs_dir, args.theory,
+                                         args.contamination, args.audit, args.params,
+                                         args.provenance, args.prepared, args.probe,
+                                         args.claims or REGISTRY))
+
+
+def write(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
+    """Warnings to stderr, the HTML, the PDF, the checklist, the MLflow artifacts; 1 under
+    --strict when anything is missing or runs off a page."""
+    from harness.report.render import render, write_pdf
+    from harness.tracking import mlflow_runs as tracking
+
     for w in ctx["warnings"]:
         print(f"harness report: warning: {w}", file=sys.stderr)
     for a in ctx["summary"]["absent"]:
