@@ -38,7 +38,8 @@ def test_eval_k_names_every_mutual_knn_key_from_prh_to_the_flat_views(k):
     scores = score_alignment(*fit, *test, k=k)
     assert names.mknn(k) in scores.metrics and names.mknn(k) in scores.per_query
     assert names.chance(names.mknn(k)) in scores.metrics
-    assert not any(names.knn_k(m) not in (None, k) for m in scores.metrics)
+    assert not any(m.startswith("mknn") and not m.startswith(names.mknn(k))
+                   for m in scores.metrics)
     metrics = {names.metric_of(o): {"value": float(v.mean())} for o, v in scores.per_query.items()}
     assert names.mknn(k) in run_metrics(metrics, k)
     per_query = {(arm, s): scores.per_query for arm in ("good", "bad") for s in (0, 1)}
@@ -47,7 +48,7 @@ def test_eval_k_names_every_mutual_knn_key_from_prh_to_the_flat_views(k):
                            n_resamples=50, seed=0)
     arm = stats["arms"]["good"]
     assert names.mknn(k) in arm["metrics"] and names.chance(names.mknn(k)) in arm["controls"]
-    assert names.results_k(stats) == k
+    assert stats["k"] == names.results_k(stats) == k
     assert {g["metric"] for g in stats["gaps"]} >= {"r_at_1", names.mknn(k)}
     assert names.mknn(k) in aggregate_metrics(stats, k)["good"]
 
@@ -56,11 +57,9 @@ def test_outcome_and_metric_names_round_trip():
     assert names.metric_of("r_at_1_hit") == "r_at_1" and names.metric_of("mknn10") == "mknn10"
     assert names.outcome_of("r_at_5", ["r_at_1_hit", "r_at_5_hit"]) == "r_at_5_hit"
     assert names.outcome_of("cka_linear", ["r_at_1_hit"]) is None
-    assert names.knn_k("mknn10") == 10 and names.knn_k("mknn10_captions") is None
-    with pytest.raises(ValueError, match="one mutual k-NN"):
-        names.k_in(["mknn5", "mknn10"])
-    assert names.results_k({"metrics": {"r_at_1": {}}}) == names.PAPER_K  # nothing to name
-    assert names.results_k({"arms": {"good": {"metrics": {"mknn5": {}}}}}) == 5
+    assert names.results_k({"k": 5, "arms": {"good": {"metrics": {"mknn10": {}}}}}) == 5
+    with pytest.raises(ContractError, match="without its mutual k-NN's k"):
+        names.results_k({"arms": {"good": {"metrics": {"mknn5": {}}}}})  # k is not parsed
 
 
 def test_per_query_round_trip_and_refusals(tmp_path):

@@ -157,7 +157,8 @@ def rel_grimmer(f: Mapping[str, Any], claims: Mapping[str, Claim]) -> dict[str, 
     if c.spread.kind != "half_range" or seeds < 1 or n < 1:
         return {"status": "fails", "detail": f"{c.id} needs a half_range spread, setup.seeds "
                                              "and setup.n_test"}
-    per_item = names.knn_k(c.metric) or 1  # a mutual k-NN counts k neighbours per item
+    # the paper's mutual k-NN counts k neighbours per item
+    per_item = names.PAPER_K if c.metric == names.mknn(names.PAPER_K) else 1
     hr = c.spread.printed.replace("±", "").strip() or f"{c.spread.half_range:g}"
     ok = grimmer_feasible(str(c.printed), hr, seeds, n * per_item)
     return {"status": "holds" if ok else "fails",

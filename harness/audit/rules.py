@@ -98,16 +98,13 @@ def _setup_mismatch(claim: Claim, ctx: Context) -> str:
 
 
 def _other_k(metric: str, results: Mapping[str, Any]) -> str:
-    """'' unless `metric` is a mutual k-NN at another k than the rerun's; then what it is."""
-    k = names.knn_k(metric)
-    try:
-        run_k = names.results_k(results)
-    except ValueError:
-        return ""
-    if k is None or k == run_k:
+    """'' unless `metric` is the paper's mutual k-NN and the rerun scored another k (the one
+    results.json records); then what it is."""
+    run_k = names.results_k(results)
+    if metric != names.mknn(names.PAPER_K) or run_k == names.PAPER_K:
         return ""
     return (f" (the rerun scores {names.mknn(run_k)}: eval.k is {run_k}, the claim's k is "
-            f"{k})")
+            f"{names.PAPER_K})")
 
 
 def _missing(what: str, fix: str) -> Verdict:

@@ -8,26 +8,19 @@ claims are about `mknn10`, and a rerun at another k does not measure them."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prh.config import metric_of, mknn_name
+from prh.io import ContractError
 
 PAPER_K = 10  # the paper's mutual k-NN (Huh et al. 2024's k = 10)
-_MKNN = re.compile(r"^mknn(\d+)$")
 CONTROLS = ("control_random_map_r_at_1", "control_shuffled_r_at_1", "chance_r_at_1")
 
 
 def mknn(k: int) -> str:
     """The mutual k-NN metric (and outcome) name at k: `mknn10`."""
     return mknn_name(k)
-
-
-def knn_k(metric: str) -> int | None:
-    """k of a mutual k-NN metric name (`mknn10` -> 10), None for any other metric."""
-    m = _MKNN.match(metric)
-    return int(m[1]) if m else None
 
 
 def chance(metric: str) -> str:
@@ -50,20 +43,11 @@ def arm_metrics(k: int) -> tuple[str, ...]:
     return ("r_at_1", "r_at_5", mknn(k))
 
 
-def k_in(metrics: Iterable[str]) -> int:
-    """The k of the one mutual k-NN metric among `metrics` (a results.json arm's or a run
-    file's keys); ValueError when there is none or more than one."""
-    ks = {k for k in map(knn_k, metrics) if k is not None}
-    if len(ks) != 1:
-        raise ValueError(f"expected one mutual k-NN metric, found k = {sorted(ks)}")
-    return ks.pop()
-
-
-def results_k(results: Mapping[str, Any]) -> int:
-    """The k a results.json (or a run file's `metrics`) was scored at, from its metric names;
-    PAPER_K when it holds no mutual k-NN (no name to find then), ValueError for two k."""
-    arms = results.get("arms")
-    metrics = next(iter(arms.values())).get("metrics", {}) if arms else results.get("metrics", {})
-    if not any(knn_k(m) is not None for m in metrics):
-        return PAPER_K
-    return k_in(metrics)
+def results_k(doc: Mapping[str, Any]) -> int:
+    """The k a results.json or a run file was scored at (`eval.k`), as it records it; a file
+    written before k was recorded is refused with the fix."""
+    if not isinstance(doc.get("k"), int):
+        raise ContractError("a results.json or run file without its mutual k-NN's k (written "
+                            "before `k` was recorded); rerun its align and aggregate stages "
+                            "(`dvc repro`)")
+    return int(doc["k"])

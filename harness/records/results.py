@@ -73,7 +73,7 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
                          **ci.to_dict(),
                          "ci_method": f"{ci.method} (per-pair outcome averaged over seeds)",
                          "two_level": two_level_gap(*pair).to_dict(level)})
-    return {"arms": out_arms, "gaps": gaps}
+    return {"k": k, "arms": out_arms, "gaps": gaps}
 
 
 CALIBRATION_CONSTANTS = ("n_permutations", "alpha")  # set by params.yaml's eval, not per seed

@@ -168,7 +168,7 @@ def write_outputs(args: argparse.Namespace, inp: Inputs, scored: dict[str, Any])
         "environment": run.get("environment", {}),
         **{k: v for k, v in scored.items() if k != "per_query"}, "curve": curve,
         "effective_sigreg_weight": run.get("effective_sigreg_weight"),
-        "per_query": args.per_query.name})
+        "k": inp.ev.k, "per_query": args.per_query.name})
     if args.metrics is not None:
         write_json(args.metrics, run_metrics(scored["metrics"], inp.ev.k))
     if args.plots is not None:
