@@ -324,3 +324,10 @@ def web_text_margins(path: Path) -> dict[str, float]:
     recap profile has none; its runs are scored at the paper's k)."""
     audit_section = read_top_level(path).get("audit") or {}
     return load_margins(audit_section.get("margin"), f"{path}: audit.margin")
+
+
+def weights_path(image: Mapping[str, Any], raw: Path) -> Path:
+    """The DINOv2 weights of a profile's `image` section: its `weights` when set, else
+    RAW/weights/dinov2_vitb14.pth (the image stage's config validates the value; here it is
+    only a path to look for)."""
+    return Path(image.get("weights") or raw / "weights" / "dinov2_vitb14.pth")

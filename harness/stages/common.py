@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from harness.config.params import Params, load_params
+from harness.config.params import Params, load_params, weights_path
 from prh.io import ContractError
 
 FLICKR_HELP = """\
@@ -52,13 +50,6 @@ def fail(err: Exception) -> int:
     """One error line on stderr and exit code 2 (bad input, never a traceback)."""
     print(f"error: {err}", file=sys.stderr)
     return 2
-
-
-def weights_path(image: Mapping[str, Any], raw: Path) -> Path:
-    """The DINOv2 weights of a profile's `image` section: its `weights` when set, else
-    RAW/weights/dinov2_vitb14.pth (the image stage's config validates the value; here it is
-    only a path to look for)."""
-    return Path(image.get("weights") or raw / "weights" / "dinov2_vitb14.pth")
 
 
 def missing_inputs(params: Params, raw: Path) -> list[str]:

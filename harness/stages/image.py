@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.stages.common import fail, preflight, stage_parser, weights_path
+from harness.config.params import weights_path
+from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, atomic_dir, save_embeddings
 
 
