@@ -29,15 +29,22 @@ class Process:
     owns_group: bool  # process_group called init_process_group, so it destroys the group
 
 
+def torch_device(device: str) -> str:
+    """"auto" -> "cuda" when a CUDA device is visible, else "cpu"; "cpu" and "cuda" as given
+    ("cuda" with none visible is refused)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device='cuda' but no CUDA device is visible; use 'auto'/'cpu'")
+    return "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) \
+        else "cpu"
+
+
 @contextlib.contextmanager
 def process_group(device: str) -> Iterator[Process]:
     """Join the run torchrun launched (it sets WORLD_SIZE/RANK/LOCAL_RANK; NCCL on CUDA, gloo on
     CPU), or run alone. `device` is "auto", "cpu" or "cuda". On a normal exit every rank waits
     for the others before the group (and its store) is torn down: a rank finishing first would
     abort the rest."""
-    want_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device='cuda' but no CUDA device is visible; use 'auto'/'cpu'")
+    want_cuda = torch_device(device) == "cuda"
     owns = False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if want_cuda else "gloo")

@@ -291,3 +291,17 @@ def test_build_dinov2_is_strict_and_says_where_weights_go(dinov2_state, tmp_path
     with pytest.raises(ImageError, match=r"bad.pt: not a DINOv2.*missing keys \['blocks.3.attn"
                                          r".qkv.weight'\].*unexpected keys \['surplus'\]"):
         image.build_dinov2(tmp_path / "bad.pt")
+
+
+def test_the_embedding_device_follows_the_profiles_device(monkeypatch):
+    """`train.device` names where DINOv2 embeds (harness image stage): "auto" is a GPU only
+    when one is visible, "cuda" with none is refused, "cpu" stays."""
+    from prh.distributed import torch_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert torch_device("auto") == torch_device("cpu") == "cpu"
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        torch_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert torch_device("auto") == torch_device("cuda") == "cuda"
+    assert torch_device("cpu") == "cpu"
