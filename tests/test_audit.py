@@ -56,7 +56,7 @@ def chance(value: float) -> dict[str, Any]:
 
 
 RESULTS = {
-    "schema": "prh.results/1", "profile": "flickr30k", "params_hash": "abc", "n_test": 1000,
+    "schema": "prh.results/2", "profile": "flickr30k", "params_hash": "abc", "n_test": 1000,
     "k": 10,
     "arms": {"good": {"metrics": {"r_at_1": metric(0.243, 0.006)}, "controls": chance(0.001)},
              "bad": {"metrics": {"r_at_1": metric(0.140, 0.006),

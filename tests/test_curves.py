@@ -106,7 +106,7 @@ def flickr_results(epoch1: float, peak: float, stop: float, trainval: float) -> 
                      "metrics": {"r_at_1_trainval": {"mean": trainval, "ci": [trainval - 0.012,
                                                                               trainval + 0.012],
                                                      "two_level": tl}}}
-    return {"schema": "prh.results/1", "profile": "flickr30k", "n_test": 1000, "k": 10,
+    return {"schema": "prh.results/2", "profile": "flickr30k", "n_test": 1000, "k": 10,
             "arms": arms,
             "gaps": []}
 

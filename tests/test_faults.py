@@ -400,7 +400,7 @@ def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path)
     assert refused >= 400  # every knob, three to five ways each
 
 
-@pytest.mark.parametrize("content", [b'{"schema": "prh.metrics/1", "run": {"arm": "go',
+@pytest.mark.parametrize("content", [b'{"schema": "prh.metrics/2", "run": {"arm": "go',
                                      b"\xff\xfe{"], ids=["truncated", "binary"])
 @pytest.mark.parametrize("command", ["aggregate", "diff"])
 def test_a_truncated_or_binary_run_file_is_one_line_exit_2(tmp_path, content, command):

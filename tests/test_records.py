@@ -86,11 +86,11 @@ def test_per_query_round_trip_and_refusals(tmp_path):
 
 
 def test_a_schema_of_another_version_names_the_stage_to_rerun():
-    assert RESULTS.check({"schema": "prh.results/1", "x": 1}, "r.json")["x"] == 1
+    assert RESULTS.check({"schema": "prh.results/2", "x": 1}, "r.json")["x"] == 1
     with pytest.raises(ContractError, match=r"r.json: version 0 of prh.results.*dvc repro "
                                             r"aggregate"):
         RESULTS.check({"schema": "prh.results/0"}, "r.json")
-    with pytest.raises(ContractError, match=r"schema 'prh.audit/1', expected 'prh.metrics/1'"):
+    with pytest.raises(ContractError, match=r"schema 'prh.audit/1', expected 'prh.metrics/2'"):
         RUN.check({"schema": "prh.audit/1"}, "good-s0.json")
 
 

@@ -43,7 +43,7 @@ def results(r1: dict[str, float], mknn: dict[str, float]) -> dict[str, Any]:
                 d = values[a] - values[b]
                 gaps.append({"a": a, "b": b, "metric": m, "diff": d, "n": 1000,
                              "ci": [d - 0.01, d + 0.01], "two_level": two_level(d, 0.005)})
-    return {"schema": "prh.results/1", "profile": "flickr30k", "n_test": 1000, "k": 10,
+    return {"schema": "prh.results/2", "profile": "flickr30k", "n_test": 1000, "k": 10,
             "arms": arms,
             "gaps": gaps}
 

@@ -318,3 +318,28 @@ def test_the_templates_only_print():
             if computing.search(body):
                 found.append(f"{path.name}: {body[:80]}")
     assert not found, found
+
+
+def test_the_flags_the_templates_print_are_computed_in_the_context(tmp_path: Path) -> None:
+    """What test_the_templates_only_print moved out of the templates, asserted on the
+    fixture's known values: the gaps' intervals ([-.042, .267] holds 0; [.075, .363] and
+    [.038, .175] do not), counts per verdict, the rows a printed page lists by id, the checks
+    that hold, the assumed settings, runs without a fingerprint."""
+    sec = build_context(paths_in(FIX))["sections"]
+    assert [g["contains_zero"] for g in sec["paper_vs_rerun"]["gaps"]] == ["yes", "no", "no"]
+    assert sec["paper_vs_rerun"]["ci_method"].startswith("percentile bootstrap")
+    claims = sec["claims"]
+    assert claims["verdicts"] == {"arithmetic holds": 1, "not comparable": 5, "not rerun": 1}
+    assert sorted(r["verdict"] for r in claims["rows"] if r["listed_by_id"]) == [
+        "arithmetic holds", "not rerun"]
+    assert claims["holds"] == [c["id"] for c in claims["checks"] if c["holds"]]
+    assert {"wit_42x", "tokens_14x"} <= set(claims["holds"])
+    assert [h["key"] for h in sec["sigreg"]["assumed"]] == ["train.batch_size"]
+    assert sec["provenance"]["missing_env"] == []
+    root = tmp_path / "fix"
+    shutil.copytree(FIX, root)
+    run = root / "align" / "bad-s0.json"
+    doc = json.loads(run.read_text())
+    del doc["environment"]
+    run.write_text(json.dumps(doc))
+    assert build_context(paths_in(root))["sections"]["provenance"]["missing_env"] == ["bad-s0"]

@@ -56,7 +56,7 @@ def results(r1: dict[str, float], mknn: dict[str, float], seeds: int = 3,
                 iv = est.interval()
                 gaps.append({"a": a, "b": b, "metric": m, "diff": est.estimate, "n": N,
                              "ci": [iv.lo, iv.hi], "two_level": est.to_dict()})
-    return {"schema": "prh.results/1", "profile": "flickr30k", "n_test": N, "k": 10, "arms": arms,
+    return {"schema": "prh.results/2", "profile": "flickr30k", "n_test": N, "k": 10, "arms": arms,
             "gaps": gaps}
 
 

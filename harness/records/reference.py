@@ -1,7 +1,7 @@
-"""runs/reference/wit1024.json (schema prh.reference/1): public encoders scored without training,
+"""runs/reference/wit1024.json (schema prh.reference/2): public encoders scored without training,
 and the lookups the audit makes in it. One writer (harness.stages.reference), one reader here.
 
-    {"schema": "prh.reference/1",
+    {"schema": "prh.reference/2",
      "data": {"path", "n", "caption_idx", "sha256"},
      "protocol": {"name" (platonic-rep | padding-invariant), "language", "vision",
                   "score_precision", "clip": {"q", "mode"}, "score", "null", "k"},

@@ -1,4 +1,4 @@
-"""runs/results.json (schema prh.results/1): the run files it is built from (`read_align_runs`),
+"""runs/results.json (schema prh.results/2): the run files it is built from (`read_align_runs`),
 its builder from every run's per-test-pair outcomes (`aggregate_runs`, `results_document`; the
 estimators are harness.stats.estimators); its readers check it against
 harness.records.schemas.RESULTS."""

@@ -1,5 +1,5 @@
 """The per-run files of the arm x seed matrix: their names (`ARM-sSEED`) and the one reader of
-an align stage's `ARM-sSEED.json` (harness.records.schemas.RUN, prh.metrics/1), shared by
+an align stage's `ARM-sSEED.json` (harness.records.schemas.RUN, prh.metrics/2), shared by
 aggregate, report and diff whatever the bytes come from (disk or a git revision)."""
 
 from __future__ import annotations

@@ -43,17 +43,17 @@ class Schema:
 
 
 ARM_TRAIN = Schema("prh.arm_train", 1, "config@ARM")  # runs/config/ARM.json
-RUN = Schema("prh.metrics", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.json
+RUN = Schema("prh.metrics", 2, "align@ARM-SEED")  # runs/align/ARM-sSEED.json
 PER_QUERY = Schema("prh.per_query", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.npz
-RESULTS = Schema("prh.results", 1, "aggregate")  # runs/results.json
+RESULTS = Schema("prh.results", 2, "aggregate")  # runs/results.json
 AUDIT = Schema("prh.audit", 1, "audit")  # reports/audit.json
 THEORY = Schema("prh.theory", 1, "theory")  # runs/theory.json
 PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
-REFERENCE = Schema("prh.reference", 1, "reference")  # runs/reference/wit1024.json
+REFERENCE = Schema("prh.reference", 2, "reference")  # runs/reference/wit1024.json
 RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase
-RECAP_SCORES = Schema("prh.recap_scores", 2, "recap_score")  # runs/recap_scores.json
+RECAP_SCORES = Schema("prh.recap_scores", 3, "recap_score")  # runs/recap_scores.json
 DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

@@ -34,9 +34,10 @@ def main(argv: list[str]) -> int:
         runs = read_align_runs(args.align_dir, params.arms, params.seeds,
                                {arm: params.arm_hash(arm) for arm in params.arms})
         summary = read_json(args.prepared / "summary.json")
-        stats = gather(runs, params)
     except ContractError as e:
         return fail(e)
+    try:  # compute: a run file that cannot be combined with the others
+        stats = gather(runs, params)
     except ValueError as e:
         return fail(ContractError(f"{args.align_dir}: {e}"))
     write(args, params, runs, summary, stats)

@@ -154,7 +154,7 @@ def score(args: argparse.Namespace, inp: Inputs) -> dict[str, Any]:
 
 
 def write_outputs(args: argparse.Namespace, inp: Inputs, scored: dict[str, Any]) -> None:
-    """The per-query file, the run file (schema prh.metrics/1) and DVC's flat views."""
+    """The per-query file, the run file (schema prh.metrics/2) and DVC's flat views."""
     from harness.records.flat import curve_rows, run_metrics
     from harness.records.perquery import write_per_query
 

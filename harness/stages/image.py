@@ -22,7 +22,6 @@ def main(argv: list[str]) -> int:
     from harness.data.dvccache import dvc_cache_dir
     from prh import image
     from prh.data import check_splits, load_karpathy, pairfree_halves, photo_paths
-    from prh.distributed import torch_device
 
     parser = stage_parser("image", main.__doc__)
     parser.add_argument("--raw", type=Path, required=True,
@@ -39,16 +38,16 @@ def main(argv: list[str]) -> int:
         images, cache = args.raw / "images", dvc_cache_dir()
         train = corpus.split("train")
         splits = {"val": corpus.split("val"), "test": corpus.split("test"), "train": train}
-        pool, model = pairfree_halves(train)[0], None
-        device = torch_device(params.sections["train"].get("device", "auto"))
+        pool, model, device = pairfree_halves(train)[0], None, "cpu"
         image.check_images_exist(photo_paths([p for ps in splits.values() for p in ps], images,
                                              cache),
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
         if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
+            device = embed_device(params)
             model = image.build_dinov2(weights_path(params.sections["image"], args.raw),
                                        img_size=cfg.image_size)
-    except (ContractError, RuntimeError) as e:  # RuntimeError: train.device cuda, none seen
+    except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:
         embed_splits(tmp, cfg, model, splits, pool,
@@ -56,6 +55,17 @@ def main(argv: list[str]) -> int:
     print(f"image: embedded {', '.join(f'{n} ({len(p)})' for n, p in splits.items())} "
           f"with {cfg.encoder}; pool_images: the first {len(pool)} train rows")
     return 0
+
+
+def embed_device(params: Any) -> str:
+    """Where DINOv2 embeds: the profile's `train.device` ("auto": a GPU when one is visible);
+    "cuda" with none visible is refused."""
+    from prh.distributed import torch_device
+
+    try:
+        return torch_device(params.sections["train"].get("device", "auto"))
+    except RuntimeError as e:
+        raise ContractError(f"{params.path}: {e}") from e
 
 
 def embed_splits(out: Path, cfg: Any, model: Any, splits: dict[str, list[Any]], pool: list[Any],
@@ -71,7 +81,8 @@ def embed_splits(out: Path, cfg: Any, model: Any, splits: dict[str, list[Any]], 
     if model is None:
         model, on = image.train_world_image_encoder(paths(splits["train"]), cfg, 0,
                                                     out / "encoder.pt"), "cpu"
-    meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params_hash}
+    meta = {"encoder": cfg.encoder, "config": cfg.to_dict(), "params_hash": params_hash,
+            "device": on}
     for name, photos in splits.items():  # check_splits: none is empty
         emb = image.embed_images(model, paths(photos), image_size=cfg.image_size, mean=cfg.mean,
                                  std=cfg.std, batch_size=cfg.embed_batch_size, progress=None,

@@ -187,6 +187,8 @@ def run_probes(inp: ProbeInputs) -> dict[str, Any]:
     """The three probes in a scratch folder: the probe file's body (PROBE schema)."""
     import torch
 
+    from prh.distributed import torch_device
+
     probe, k = inp.probe, inp.k
     shown = ("r_at_1", "r_at_5", names.mknn(k), "chance_r_at_1")
     with tempfile.TemporaryDirectory(prefix="prh-probe-") as tmp:
@@ -206,8 +208,7 @@ def run_probes(inp: ProbeInputs) -> dict[str, Any]:
         "lambda_sweep": [{"arm": a, "lamb": la, **{m: run["scores"][m] for m in shown}}
                          for (a, la), run in runs.items()],
         "determinism": {"arm": arm, "seed": probe.seed, "lamb": lamb, "epochs": probe.epochs,
-                        "device": ("cuda" if cfg.device == "auto" and torch.cuda.is_available()
-                                   else "cpu" if cfg.device == "auto" else cfg.device),
+                        "device": torch_device(cfg.device),
                         "torch": torch.__version__, "max_abs_diff": diffs,
                         "bit_identical": max(diffs.values()) == 0.0},
         "text_sources": None if not inp.texts else {
