@@ -277,6 +277,10 @@ def test_token_mean_is_the_mean_of_the_final_norm_tokens(dinov2_state, tmp_path)
     assert last[0].shape == (2, tokens, 768) and got.shape == (2, 768)
     with torch.no_grad():
         expected = model.norm(last[0]).sum(dim=1) / tokens
+    # float32: both sides reduce the same 257 LayerNorm outputs (|x| of order 1), only in
+    # another order. torch's reductions are pairwise: error <= log2(257) * 2^-24 * mean|x|,
+    # about 5e-7 for order-1 tokens (a naive sum's worst case, 257 * 2^-24 = 1.5e-5, still
+    # meets rtol + atol at mean|x| <= 1); no matmul, so no BLAS dependence
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
