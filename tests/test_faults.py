@@ -4,12 +4,15 @@ a corrupt tracking store, Ctrl-C and a full disk. Each ends in one line, never a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +276,35 @@ def test_a_corrupt_tracking_db_is_one_line_before_training(tmp_path):
     db.write_bytes(b"SQLite format 3\x00" + b"\x13" * 300)
     with pytest.raises(ContractError, match=rf"{db}: not a readable MLflow database"):
         check_server(f"sqlite:///{db}")
+
+
+def test_a_store_killed_mid_commit_is_rolled_back_not_refused(tmp_path):
+    """SIGKILL during an MLflow commit leaves a hot journal beside mlflow.db (CI met it: the
+    resumed recap_train was refused as 'not a readable MLflow database'); the check rolls it
+    back, as SQLite's next writer would, and the resumed run logs to the same store."""
+    import sqlite3
+
+    from harness.tracking.mlflow_runs import check_server
+
+    db = tmp_path / "mlflow.db"
+    check_server(f"sqlite:///{db}")  # MLflow's schema and the experiment
+    writer = textwrap.dedent(f"""
+        import os, signal, sqlite3
+        db = sqlite3.connect({str(db)!r})
+        db.execute("create table filler(x)")
+        db.executemany("insert into filler values (?)", [(i,) for i in range(20000)])
+        db.commit()
+        db.execute("pragma cache_size=1")  # spill the update's pages into the file
+        db.execute("update filler set x = x + 1")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    assert subprocess.run([sys.executable, "-c", writer]).returncode == -signal.SIGKILL
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0  # the hot journal
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):  # what the check met
+        sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute("select 1 from runs").fetchall()
+    check_server(f"sqlite:///{db}")
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        assert con.execute("select count(*) from filler where x = 0").fetchone() == (1,)
 
 
 def test_harness_run_from_a_subfolder_of_the_repository_is_refused(tmp_path):

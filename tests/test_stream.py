@@ -170,7 +170,8 @@ def test_a_stage_killed_by_sigkill_resumes_to_the_uninterrupted_account_and_weig
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL and not (tmp_path / "killed/out").exists()
-    subprocess.run(stage("killed"), env=env, check=True, capture_output=True, cwd=ROOT)
+    resumed = subprocess.run(stage("killed"), env=env, capture_output=True, text=True, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     whole, killed = (json.loads((tmp_path / n / "out/run.json").read_text())
                      for n in ("whole", "killed"))
     assert killed["account"] == whole["account"] and len(whole["account"]) == 6

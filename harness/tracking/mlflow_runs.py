@@ -191,8 +191,9 @@ def check_sqlite(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         _create_store(path)
         return
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+    try:  # rw, not ro: a process killed mid-commit leaves a hot journal that only a writer
+        # may roll back (SQLite's "attempt to write a readonly database" otherwise)
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as db:
             tables = {r[0] for r in db.execute("select name from sqlite_master")}
     except sqlite3.DatabaseError as e:
         raise ContractError(f"{path}: not a readable MLflow database ({e}); move it aside "
