@@ -26,7 +26,7 @@ from reference_parts import dinov2_weights, minilm_dir, tiny_qwen, wit_rows, wri
 from harness.audit.claims import load_registry
 from harness.audit.judge import audit
 from harness.audit.rules import Context
-from harness.config.margins import EVALUATED_MARGINS
+from harness.records.names import default_margins
 from harness.records.reference import read_reference
 from harness.stages import reference as stage
 from prh import calibrate, features, layers, metrics, sts, wit
@@ -303,7 +303,7 @@ def test_a_bfloat16_rerun_stays_inside_the_evaluated_margin(parts):
         x, _ = features.language_features(lm, data.texts)
         best[precision] = layers.LayerAlignment(layers.clip_outliers(x), y, "mutual_knn",
                                                 K).observed().best
-    assert abs(best["float32"] - best["bfloat16"]) <= EVALUATED_MARGINS["wit_mknn10"] * 4
+    assert abs(best["float32"] - best["bfloat16"]) <= default_margins()["wit_mknn10"] * 4
     # 64 items at k = 5: one neighbour is 1 / 320 = .003; at 1,024 items and k = 10, .0001
 
 
@@ -619,7 +619,7 @@ def _evaluated(best, p=0.002, degenerate=None, other=None, **over):
 def test_the_evaluated_rule():
     """reproduced within the margin, differs beyond it, inconclusive inside the null: only on
     the claim's setting."""
-    m = EVALUATED_MARGINS["wit_mknn10"]
+    m = default_margins()["wit_mknn10"]
     assert _evaluated(0.118 + 0.9 * m).verdict == "reproduced"
     assert _evaluated(0.118 - 1.1 * m).verdict == "differs"
     assert _evaluated(0.118, p=0.3).verdict == "inconclusive"
@@ -1066,8 +1066,8 @@ def test_a_same_model_rerun_at_bf16_lands_inside_the_margin_at_wit_scale():
             a = layers.LayerAlignment(x, y, metric).observed().best
             b = layers.LayerAlignment(xb, y, metric).observed().best
             worst[metric] = max(worst[metric], abs(a - b))
-    assert worst["mutual_knn"] <= EVALUATED_MARGINS["wit_mknn10"] / 2
-    assert worst["cka"] <= EVALUATED_MARGINS["wit_cka"] / 10
+    assert worst["mutual_knn"] <= default_margins()["wit_mknn10"] / 2
+    assert worst["cka"] <= default_margins()["wit_cka"] / 10
     assert worst["mutual_knn"] > 2e-4  # bf16 does move neighbours: the check can fail
 
 

@@ -241,14 +241,15 @@ def test_numbers_print_by_their_kind(value, signed, text):
     assert fmt(value, signed) == text
 
 
-def test_pool_size_panels_name_their_y_axis():
+def test_pool_size_panels_name_their_y_axis_in_the_metric_tables_words():
+    from harness.records import names
     from harness.report.plots import pool_size_curves
 
     line = {"n": [10, 100], "mean": [0.3, 0.1], "std": [0.01, None]}
-    svg = pool_size_curves({m: {"arms": {"good": line}, "chance": {"n": [10, 100],
-                                                                   "value": [0.1, 0.01]}}
-                            for m in ("r_at_1", "mknn10")})
-    assert "R@1 (share of queries)" in svg and "mutual k-NN overlap" in svg
+    svg = pool_size_curves({m: {"label": names.label(m, 5), "arms": {"good": line},
+                                "chance": {"n": [10, 100], "value": [0.1, 0.01]}}
+                            for m in ("r_at_1", "mknn5")})
+    assert "test R@1" in svg and "mutual 5-NN" in svg
 
 
 def test_first_page_reads_the_holm_line_off_the_family_block() -> None:

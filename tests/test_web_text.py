@@ -16,7 +16,7 @@ from scipy import stats as sps
 from harness.audit.claims import ClaimsError, load_registry
 from harness.audit.verdict import Context
 from harness.audit.web_text import rule_web_text
-from harness.config.margins import DEFAULT_MARGINS
+from harness.records.names import default_margins
 
 ROOT = Path(__file__).resolve().parents[1]
 REG = load_registry(ROOT / "harness/audit/claims.yaml")
@@ -171,7 +171,7 @@ def test_one_seed_borrows_the_papers_seed_spread_because_the_item_level_stand_in
     from harness.stats.equivalence import margin_test
     from harness.stats.estimators import two_level_mean
 
-    reps, margin = 400, DEFAULT_MARGINS["mknn10"]
+    reps, margin = 400, default_margins()["mknn10"]
     rng = np.random.default_rng(7)
     latent = np.random.default_rng(2026).beta(2.0, 13.4, N)
     tau = math.hypot(0.006, 0.1)

@@ -44,15 +44,6 @@ RULE_NAMES = ("measured", "ordering", "arithmetic", "theory", "theory_count", "n
 DEFAULT_RULE = {"flickr_measurable": "measured", "web_scale": "not_rerun", "theory": "theory",
                 "derived_arithmetic": "arithmetic", "metadata": "metadata", "ordering": "ordering"}
 WHY_NOT_RERUN = tuple(verdicts.WHY_NOT_RERUN)
-PAPER_MKNN = names.mknn(names.PAPER_K)  # the paper's mutual 10-NN, on each benchmark
-METRICS = ("r_at_1", "r_at_5", PAPER_MKNN, "r_at_1_fit", "control_random_map_r_at_1",
-           "control_shuffled_r_at_1", "chance_r_at_1", names.chance(PAPER_MKNN),
-           f"wit_{PAPER_MKNN}", f"wit_{PAPER_MKNN}_clip", "wit_cka", f"coco_{PAPER_MKNN}",
-           "sts_spearman", "fraction_explained",
-           "top5_accuracy", "foscttm", "pairfree_r_at_1", "val_loss", "cosine", "count",
-           "ratio", "difference",
-           "parameters", "tokens", "samples", "images", "rmse", "abs_error", "bound_ratio",
-           "epoch", "hyperparameter", "percent", "duration", "size_gb")
 SETUP_KEYS = ("dataset", "encoder", "arm", "scale", "reference", "n_test", "fit", "images",
               "samples", "seeds", "epochs", "variant", "measure", "model", "sources", "assumed")
 WEB_TEXT_SETUP = ("images", "sources")  # what a web_text claim names for a run to match it
@@ -381,7 +372,7 @@ def parse_claim(rec: Mapping[str, Any], where: str, line: int = 0) -> Claim:
     return Claim(
         id=cid, statement=str(_require(rec, "statement", f"{at} field statement")),
         value=value, printed=printed, spread=spread,
-        metric=_choice(_require(rec, "metric", f"{at} field metric"), METRICS,
+        metric=_choice(_require(rec, "metric", f"{at} field metric"), tuple(names.rows()),
                        f"{at} field metric"),
         setup=setup, where=str(_require(rec, "where", f"{at} field where")),
         reported_by=article, section=section, source=source, kind=kind,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.audit.claims import Claim, Relation
-from harness.config.margins import DEFAULT_MARGINS
+from harness.records import names
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Context:
     results: Mapping[str, Any] | None = None
     theory: Mapping[str, Any] | None = None
     relations: tuple[Relation, ...] = ()
-    margins: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+    margins: Mapping[str, float] = field(default_factory=names.default_margins)
     reference: Mapping[str, Any] | None = None  # runs/reference/wit1024.json (public models)
     web_text: Mapping[str, Any] | None = None  # runs/recap_scores.json (the recap profile)
 

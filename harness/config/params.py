@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.margins import MarginError, default_margins, load_margins
+from harness.config.margins import MarginError, load_margins
+from harness.records import names
 from prh.config import ARMS, arm_section, dataclass_from_dict, did_you_mean
 from prh.io import ContractError, read_yaml
 from prh.pairfree import PairFreeConfig
@@ -156,7 +157,7 @@ class Params:
     arms: tuple[str, ...]
     seeds: tuple[int, ...]
     sections: dict[str, dict[str, Any]]
-    margins: Mapping[str, float] = field(default_factory=default_margins)  # audit.margin
+    margins: Mapping[str, float] = field(default_factory=names.default_margins)  # audit.margin
 
     @property
     def hash(self) -> str:

@@ -18,13 +18,6 @@ DIGITS = 4
 GAP_KEYS = ("r_at_1",)
 
 
-def run_keys(k: int) -> dict[str, str]:
-    """A run file's metric -> its short name in the flat view (controls and chance shortened)."""
-    return {**{m: m for m in names.arm_metrics(k)}, "r_at_1_fit": "r_at_1_fit",
-            "control_random_map_r_at_1": "control_random",
-            "control_shuffled_r_at_1": "control_shuffled", "chance_r_at_1": "chance"}
-
-
 def _r(x: Any) -> float:
     return round(float(x), DIGITS)
 
@@ -32,7 +25,7 @@ def _r(x: Any) -> float:
 def run_metrics(metrics: Mapping[str, Mapping[str, Any]], k: int) -> dict[str, float]:
     """One align run's scores (run file `metrics`, mutual k-NN at k) flat: each value, and the
     interval ends of R@1 as `r_at_1_lo`/`r_at_1_hi`; controls and chance under short names."""
-    out = {short: _r(metrics[key]["value"]) for key, short in run_keys(k).items()
+    out = {short: _r(metrics[key]["value"]) for key, short in names.flat_names(k).items()
            if key in metrics}
     if "ci" in metrics.get("r_at_1", {}):
         out["r_at_1_lo"], out["r_at_1_hi"] = (_r(x) for x in metrics["r_at_1"]["ci"])

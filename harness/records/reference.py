@@ -47,16 +47,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.records import names
 from harness.records.schemas import REFERENCE
 from prh.config import mknn_name
 from prh.io import ContractError, read_json, write_json
 
-# the registry's metric names -> (prh.layers metric, k)
-WIT_METRICS: dict[str, tuple[str, int | None]] = {
-    "wit_mknn10": ("mutual_knn", 10), "wit_mknn10_clip": ("mutual_knn", 10),
-    "wit_cka": ("cka", None)}
-# Table 3's COCO column: the same entries under the document's `coco` block
-COCO_METRICS: dict[str, tuple[str, int | None]] = {"coco_mknn10": ("mutual_knn", 10)}
+# the registry's metric names -> (prh.layers metric, k), from the metric table
+WIT_METRICS = names.layerwise("alignment")
+COCO_METRICS = names.layerwise("coco")  # Table 3's COCO column, the document's `coco` block
 STS_METRIC = "sts_spearman"
 FLICKR_METRIC = "r_at_1"  # a claim on it with setup.dataset flickr30k: the 30k-pair map's R@1
 PAIRFREE_METRIC = "pairfree_r_at_1"  # Table 4's setting: the pair-free map's R@1 per seed

@@ -58,11 +58,11 @@ def aggregate_runs(per_query: Mapping[tuple[str, int], Mapping[str, np.ndarray]]
                 **spread, **ci.to_dict(),
                 "ci_method": f"{ci.method} (test pairs; per-pair outcome averaged over seeds)",
                 "two_level": two_level_mean(runs).to_dict(level)}
-        for extra in ("r_at_1_fit", *names.CONTROLS, names.chance(names.mknn(k))):
+        for extra in names.run_scalars(k):
             values = {str(s): run_metrics[arm, s].get(extra, {}).get("value") for s in seeds}
             if all(v is not None for v in values.values()):
-                block["metrics" if extra == "r_at_1_fit" else "controls"][extra] = \
-                    seed_spread(values)
+                fit = names.row(extra, k).group == "fit"
+                block["metrics" if fit else "controls"][extra] = seed_spread(values)
         out_arms[arm] = {"seeds": list(seeds), **block}
     gaps = []
     for a, b in itertools.combinations(arms, 2):

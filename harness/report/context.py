@@ -29,6 +29,7 @@ import yaml
 from markupsafe import Markup
 
 from harness.audit.claims import REGISTRY
+from harness.records import names
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
 from harness.records.schemas import AUDIT, CONTAMINATION, PROBE, RESULTS, THEORY, Schema
 from harness.report import measures, plots
@@ -50,8 +51,6 @@ STAGES = {
 }
 SCHEMAS = {"results": RESULTS, "audit": AUDIT, "probe": PROBE, "theory": THEORY,
            "contamination": CONTAMINATION}  # input -> the schema it must carry
-RUN_METRICS = ("r_at_1", "r_at_1_fit", "control_random_map_r_at_1", "control_shuffled_r_at_1",
-               "chance_r_at_1")
 ENV_KEYS = ("hash", "python", "torch", "cuda", "cudnn", "gpu", "driver", "image_digest")
 
 
@@ -175,10 +174,11 @@ def paper_claims(audit: Mapping | None, registry: Mapping[str, Mapping]) -> dict
 
 
 def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
-    rows = []
+    rows, k = [], names.results_k(results)
     for arm, block in results.get("arms", {}).items():
         for metric, m in block.get("metrics", {}).items():
-            rows.append({"arm": arm, "metric": metric, "seeds": block.get("seeds", []),
+            rows.append({"arm": arm, "metric": metric, "label": names.label(metric, k),
+                         "seeds": block.get("seeds", []),
                          "mean": m.get("mean"), "ci": m.get("ci"), "ci_method": m.get("ci_method"),
                          "n": m.get("n"), "level": m.get("ci_level"),
                          "claims": claims.get((arm, metric), [])})
@@ -214,9 +214,11 @@ def section_seed_spread(results: Mapping) -> dict:
 
 def section_runs(runs: Sequence[Mapping]) -> dict:
     """Controls, fit-pair vs test, best vs last epoch, and the curves of every run."""
+    k = names.results_k(runs[0]) if runs else names.PAPER_K
+    columns = [{"key": m, "label": names.label(m, k)} for m in names.in_view("run", k)]
     rows = []
     for r in runs:
-        rows.append({"label": r["label"], **{k: metric_value(r, k) for k in RUN_METRICS},
+        rows.append({"label": r["label"], **{c["key"]: metric_value(r, c["key"]) for c in columns},
                      "epochs": best_and_last(r.get("curve") or [])})
     curves = {r["label"]: r["curve"] for r in runs if r.get("curve")}
     fits = {r["label"]: r["fit_size_curve"] for r in runs if r.get("fit_size_curve")}
@@ -224,7 +226,7 @@ def section_runs(runs: Sequence[Mapping]) -> dict:
             for k, v in ((row["label"], row) for row in rows) if v["epochs"]}
     curve_svg = plots.epoch_curves(curves, "r_at_1_test", best) if curves else None
     fit_svg = plots.fit_size_curves(fits) if fits else None
-    return {"rows": rows, "curve_svg": curve_svg and Markup(curve_svg),
+    return {"columns": columns, "rows": rows, "curve_svg": curve_svg and Markup(curve_svg),
             "fit_svg": fit_svg and Markup(fit_svg)}
 
 

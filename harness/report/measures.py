@@ -31,21 +31,12 @@ CALIBRATED_FIELDS = ("raw", "null_q50", "null_q95", "null_q99", "threshold", "p_
 
 
 def caption_metrics(k: int) -> dict[str, str]:
-    """Metric -> what it scores (prh.gallery; docs/contracts.md, "prh.gallery"), at k."""
-    mknn = names.mknn(k)
-    return {
-        "r_at_1": "image → text R@1, one caption per photo (the paper's protocol)",
-        "r_at_1_i2t_all": "image → text R@1 among all captions (a hit: one of the photo's "
-                          "captions ranks first)",
-        "r_at_1_t2i_all": "text → image R@1, every caption queries the photos (photo's mean)",
-        mknn: f"mutual {k}-NN, one caption per photo (the paper's protocol)",
-        f"{mknn}_captions": f"mutual {k}-NN over every (photo, caption) pair",
-        f"{mknn}_captions_other_photos": f"mutual {k}-NN over every pair, a photo's other "
-                                         "captions left out",
-    }
+    """Metric -> what it scores, at k: the headline pair and prh.gallery's (docs/contracts.md,
+    "prh.gallery"), in the metric table's words."""
+    return {m: names.describe(m, k) for m in (*names.headline(k), *names.in_group("gallery", k=k))}
 
 
-PAIR_FREE_FIELDS = ("r_at_1", "foscttm", "chance_r_at_1", "chance_foscttm")
+PAIR_FREE_SCORES = ("r_at_1", "foscttm")  # prh.pairfree's scores, each beside its chance level
 # registry ids of the paper's pair-free experiment, shown as context (the audit article,
 # "Three Places Where It Loses")
 PAIR_FREE_CONTEXT = ("pairfree_jepa_r1", "pairfree_chance", "pairfree_pool", "t4_jepa_foscttm",
@@ -115,8 +106,10 @@ def section_captions(results: Mapping) -> dict:
             pts = [r for r in curve if metric in r["metrics"]]
             if not pts:
                 continue
-            panel = panels.setdefault(metric, {"arms": {}, "chance": {
-                "n": [r["n_photos"] for r in pts], "value": [r["chance"][metric] for r in pts]}})
+            panel = panels.setdefault(metric, {
+                "label": names.label(metric, k), "arms": {},
+                "chance": {"n": [r["n_photos"] for r in pts],
+                           "value": [r["chance"][metric] for r in pts]}})
             panel["arms"][arm] = {"n": [r["n_photos"] for r in pts],
                                   "mean": [r["metrics"][metric]["mean"] for r in pts],
                                   "std": [r["metrics"][metric]["std"] for r in pts]}
@@ -137,6 +130,9 @@ def section_pair_free(results: Mapping, runs: Sequence[Mapping],
     """Per arm: the seed spread of the pair-free scores (results.json arms.ARM.pair_free), each
     seed's status from its run file, and the paired Procrustes R@1 of the same arm; the paper's
     pair-free numbers from the registry, as context about other data."""
+    fields = [f for m in PAIR_FREE_SCORES for f in (m, names.row(m).chance)]
+    labels = {**{f: names.label(f) for f in fields}, "r_at_1": names.label("pairfree_r_at_1"),
+              "paired": names.label("r_at_1")}
     rows = []
     for arm, block in results.get("arms", {}).items():
         paired = block.get("metrics", {}).get("r_at_1", {})
@@ -147,10 +143,11 @@ def section_pair_free(results: Mapping, runs: Sequence[Mapping],
         rows.append({"arm": arm, "run": bool(pf), "paired": paired.get("mean"),
                      "paired_ci": paired.get("ci"), "statuses": statuses,
                      "collapsed": sorted(s for s, v in statuses.items() if v != "ok"),
-                     **{f: (pf or {}).get(f) or {} for f in PAIR_FREE_FIELDS},
+                     **{f: (pf or {}).get(f) or {} for f in fields},
                      **{k: pool.get(k) for k in ("n_pool_images", "n_pool_texts")}})
     context = [{"id": cid, **registry[cid]} for cid in PAIR_FREE_CONTEXT if cid in registry]
-    return {"rows": rows, "run": any(r["run"] for r in rows), "context": context}
+    return {"rows": rows, "fields": fields, "labels": labels, "run": any(r["run"] for r in rows),
+            "context": context}
 
 
 def paper_values(registry: Mapping[str, Mapping]) -> dict[tuple[str, str], dict]:

@@ -142,18 +142,11 @@ def fit_size_curves(curves: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
         return _to_svg(fig)
 
 
-def _axis_name(metric: str) -> str:
-    """A score's axis in words: recall at k (the share of queries whose pair ranks in the top
-    k) or the mutual k-NN overlap."""
-    if metric.startswith("r_at_"):
-        return f"R@{metric.split('_')[2]} (share of queries)"
-    return "mutual k-NN overlap" if metric.startswith("mknn") else metric
-
-
 def pool_size_curves(panels: Mapping[str, Mapping]) -> str:
     """One small plot per metric, score against the number of photos in the pool (log x): one
     line per arm (seed mean, bars: std over seeds) and the chance level (dashed).
-    `panels[metric] = {"arms": {arm: {"n", "mean", "std"}}, "chance": {"n", "value"}}`."""
+    `panels[metric] = {"label", "arms": {arm: {"n", "mean", "std"}}, "chance": {"n", "value"}}`
+    (label: the metric table's words, the y axis)."""
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
     with plt.rc_context(RC):
@@ -168,7 +161,7 @@ def pool_size_curves(panels: Mapping[str, Mapping]) -> str:
                     label="chance")
             _log_x(ax, panel["chance"]["n"])
             ax.set_title(metric, fontsize=7)
-            ax.set_ylabel(_axis_name(metric), fontsize=6)
+            ax.set_ylabel(panel["label"], fontsize=6)
             ax.tick_params(labelsize=6)
             ax.grid(lw=0.3)
         for ax in list(axes.flat)[len(panels):]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.records import names
 from harness.records.runfile import run_name
 from prh.recap import SUBSET_SIZES
 from prh.stream import ACCOUNT
@@ -27,7 +28,8 @@ JUDGED = ("Each claim is judged on the runs trained as it says (arm, texts, imag
           "seeds and no verdict is a reproduction. The reach above is one seed's point "
           "comparison")
 WEB_TEXT_RULE = "web_text"  # the registry's rule for these claims (harness.audit.web_text)
-LABELS = {"wit1024": "WIT-1024 {metric}", "flickr30k": "Flickr30k R@1"}
+# benchmark -> its name and the metric scored on it (at the recap's k; labels: the metric table)
+BENCHMARKS = {"wit1024": ("WIT-1024", names.mknn), "flickr30k": ("Flickr30k", lambda k: "r_at_1")}
 
 
 def scale(images: int, samples: int) -> str:
@@ -132,7 +134,8 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
                        "shards": len(summary["shards_read"])},
             "paraphrase": paraphrase, "arms": arms, "paper_units": PAPER_UNITS,
             "texts_ratio": texts_ratio,
-            "benchmarks": [LABELS[b].format(metric=f"mutual {k}-NN") for b in benchmarks],
+            "benchmarks": [f"{BENCHMARKS[b][0]} {names.label(BENCHMARKS[b][1](k), k)}"
+                           for b in benchmarks],
             "flickr_scored": "flickr30k" in benchmarks,
             "reaches": reaches, "scored": scores.get("wit1024"),
             "not_scored": None if benchmarks else NOT_SCORED, "judged": JUDGED,
