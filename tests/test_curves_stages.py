@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
-from tiny_world import build_upstream, commit_all, copy_code, tiny_params, train_align_aggregate
+from tiny_world import STAGED_ARMS as ARMS
+from tiny_world import STAGED_EVALUATED as EVALUATED
 
 from harness.audit.claims import load_claims
 from harness.audit.rules import Context, rule_measured
@@ -22,18 +22,10 @@ from prh.data import load_karpathy
 from prh.io import load_embeddings
 from prh.models import TextEncoder, TextEncoderConfig
 
-ARMS = ("good", "ntp")
-EVALUATED = [1, 3, 4]  # epochs 4, eval_every 3: the first, every third, the last
 
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    repo = copy_code(tmp_path_factory.mktemp("curves"))
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=4)
-    raw.update(arms=list(ARMS), seeds=[0])
-    raw["world"]["train"]["eval_every"] = 3
-    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    return train_align_aggregate(build_upstream(commit_all(repo, "tiny world")), ARMS)
+@pytest.fixture
+def repo(staged_world: Path) -> Path:
+    return staged_world  # tests/conftest.py: shared with the gallery's stage tests
 
 
 def hand_val_loss(run_dir: Path, captions: list[str]) -> float:

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tiny_world import align_cmd, build_upstream, commit_all, copy_code, tiny_params
-from tiny_world import train_align_aggregate as run_arms
+from tiny_world import align_cmd
 
 from prh import gallery
 from prh.data import load_karpathy
@@ -23,18 +22,9 @@ ALIGN = align_cmd("good", 0)
 NEW = ("r_at_1_i2t_all", "r_at_1_t2i_all", "mknn10_captions", "mknn10_captions_other_photos")
 
 
-def tiny(repo: Path, pool: int) -> dict:
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=1)
-    raw.update(arms=["good"], seeds=[0])
-    raw["world"]["eval"].update(gallery_sizes=[10, 20, 100], gallery_draws=3, pairfree_pool=pool)
-    return raw
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    repo = copy_code(tmp_path_factory.mktemp("gallery"))
-    (repo / "params.yaml").write_text(yaml.safe_dump(tiny(repo, 50), sort_keys=False))
-    return run_arms(build_upstream(commit_all(repo, "tiny world")), ["good"])
+@pytest.fixture
+def repo(staged_world: Path) -> Path:
+    return staged_world  # tests/conftest.py: shared with the curves' stage tests
 
 
 @pytest.mark.slow

@@ -73,3 +73,11 @@ def test_the_table_gives_each_consumer_the_list_it_showed() -> None:
         "sts_spearman": 0.01, "pairfree_r_at_1": 0.005}
     assert names.label("mknn5", 5) == "mutual 5-NN"
     assert len({m.name for m in names.TABLE}) == len(names.TABLE)  # one row a name
+
+
+def test_docs_print_the_table_as_it_is() -> None:
+    """docs/contracts.md's metric table is the table's own rendering, every column of it."""
+    text = (Path(__file__).resolve().parents[1] / "docs/contracts.md").read_text()
+    start, end = (text.index(mark) for mark in names.DOC_MARKS)
+    assert text[start + len(names.DOC_MARKS[0]):end].strip() == names.markdown().strip(), \
+        "docs/contracts.md: paste harness.records.names.markdown() between its marks"

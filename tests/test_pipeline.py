@@ -89,57 +89,45 @@ def test_diff_two_seeds_of_one_arm_on_real_outputs(pipeline):
     assert gate.returncode == 0
 
 
-# six trainings, six alignments, the probe and the report again: minutes
-def test_training_param_change_reruns_only_dependent_stages(pipeline):
-    sh(pipeline, "git", "add", "-A")
-    sh(pipeline, "git", "commit", "-qm", "first results")
-    double_lr(pipeline)
-    second = sh(pipeline, "dvc", "repro")
-    ran = ran_stages(second.stdout)
-    assert not ran & UPSTREAM
-    assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran
-
-
-# needs the previous test's rerun
-def test_diff_between_two_commits_on_real_outputs(pipeline):
-    """After the lr change (previous test), the committed results differ from the workspace."""
-    out = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--format", "json",
-             "--n-resamples", "200")
-    result = json.loads(out.stdout)
-    assert "lr" in json.dumps(result.get("params", result))
-    failing = sh(pipeline, "harness", "diff", "rev:HEAD", "runs/align", "--fail-if",
-                 "r_at_1>-2", "--n-resamples", "200", check=False)
-    assert failing.returncode == 1
-
-
-# a queued experiment: three more trainings and the stages after them
-def test_a_queued_experiment_logs_to_the_workspace_mlflow_db(pipeline):
-    """`dvc exp run --queue` runs in a temporary clone DVC deletes afterwards; its trainings
-    (the third seed) and the result runs it aggregates land in the workspace's mlflow.db,
-    FINISHED and tagged with the experiment's name, and none is left in the clone."""
+# a queued experiment: six trainings, six alignments, the probe and the report again: minutes
+def test_a_queued_param_change_reruns_only_dependent_stages_logging_to_the_workspace(pipeline):
+    """`dvc exp run --queue` with world.train.lr doubled (a value every training reads) runs in a
+    temporary clone DVC deletes afterwards: it reruns every training and what follows, nothing
+    upstream; its trainings and the result runs it aggregates land in the workspace's
+    mlflow.db, FINISHED and tagged with the experiment's name and the commit it ran, none in
+    the clone; and `harness diff` across the two revisions names the lr and gates on R@1."""
     sh(pipeline, "git", "add", "-A")
     sh(pipeline, "git", "commit", "-qm", "results before the queued experiment")
-    sh(pipeline, "dvc", "exp", "run", "--queue", "-S", "seeds=[0,1,2]", "-n", "three-seeds")
+    lr = yaml.safe_load((pipeline / "params.yaml").read_text())["world"]["train"]["lr"] * 2
+    sh(pipeline, "dvc", "exp", "run", "--queue", "-S", f"world.train.lr={lr}", "-n", "lr2")
     sh(pipeline, "dvc", "exp", "run", "--run-all")
+    ran = ran_stages(sh(pipeline, "dvc", "queue", "logs", "lr2").stdout)
+    assert not ran & UPSTREAM
+    assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
                           "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
-    arms = ("bad", "good", "ntp")  # the third seed's runs and the result runs it made
-    assert sorted(runs) == sorted([(f"{a}-s2", "FINISHED", "three-seeds") for a in arms]
-                                  + [(f"{a} (seeds 0,1,2)", "FINISHED", "three-seeds")
-                                     for a in arms]
-                                  + [("world results", "FINISHED", "three-seeds")])
+    arms = ("bad", "good", "ntp")  # the retrained runs and the result runs it made
+    assert sorted(runs) == sorted([(f"{a}-s{s}", "FINISHED", "lr2") for a in arms for s in (0, 1)]
+                                  + [(f"{a} (seeds 0,1)", "FINISHED", "lr2") for a in arms]
+                                  + [("world results", "FINISHED", "lr2")])
     head = sh(pipeline, "git", "rev-parse", "HEAD").stdout.strip()
     with sqlite3.connect(pipeline / "mlflow.db") as db:  # the commit it ran, its params applied
         state = set(db.execute("select t.key, t.value from runs r join tags t on t.run_uuid = "
-                               "r.run_uuid where r.name = 'good-s2' and t.key in "
-                               "('git_commit', 'git_dirty', 'dvc_exp_baseline')"))
+                               "r.run_uuid where r.name = 'good-s0' and t.key in "
+                               "('git_commit', 'git_dirty', 'dvc_exp_baseline') and exists "
+                               "(select 1 from tags e where e.run_uuid = r.run_uuid and "
+                               "e.key = 'dvc_exp_name')"))
     assert state == {("git_commit", head), ("git_dirty", "True"), ("dvc_exp_baseline", head)}
-    assert "three-seeds" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
-    diff = json.loads(sh(pipeline, "harness", "diff", "runs/align", "rev:three-seeds",
-                         "--format", "json", "--n-resamples", "200").stdout)
-    assert diff["b"]["sources"][-1] == "runs/align/ntp-s2.json@three-seeds"
+    assert "lr2" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
     assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))
+    diff = json.loads(sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lr2", "--format", "json",
+                         "--n-resamples", "200").stdout)
+    assert "lr" in json.dumps(diff.get("params", diff))
+    assert diff["b"]["sources"][-1] == "runs/align/ntp-s1.json@lr2"
+    failing = sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lr2", "--fail-if", "r_at_1>-2",
+                 "--n-resamples", "200", check=False)
+    assert failing.returncode == 1
 
 
 # needs the pipeline's outputs; pushes and pulls them through a remote

@@ -18,6 +18,7 @@ from typing import Any
 
 from scipy import stats as sps
 
+from harness.records import names
 from harness.stats.equivalence import (
     ALPHA,
     margin_test,
@@ -202,7 +203,7 @@ def at_chance(results: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for arm, block in sorted((results or {}).get("arms", {}).items()):
         for metric, m in block.get("metrics", {}).items():
-            chance = block.get("controls", {}).get(f"chance_{metric}", {}).get("mean")
+            chance = block.get("controls", {}).get(names.chance(metric), {}).get("mean")
             if chance is None or "ci" not in m:
                 continue
             tl = m.get("two_level") or m  # at chance is about the arm: seeds and test pairs

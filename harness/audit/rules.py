@@ -336,10 +336,10 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     collapse, is not comparable, each difference named. Then a deterministic evaluation: the
     paper's number and the rerun's differ only by the protocol's free choices (precision,
     TF32, batch composition), not by sampling. reproduced: |rerun - claim| <= the metric's
-    margin (harness.config.margins); differs: beyond it. A best-layer score inside its
-    permutation null (p > alpha), or a Flickr30k R@1 whose interval reaches 1/n, is at chance:
-    no verdict. The interval over the WIT items is shown, not used. Not scored: not rerun,
-    with the command."""
+    margin (the metric table, harness.records.names); differs: beyond it. A best-layer score
+    inside its permutation null (p > alpha), or a Flickr30k R@1 whose interval reaches 1/n, is
+    at chance: no verdict. The interval over the WIT items is shown, not used. Not scored: not
+    rerun, with the command."""
     model, ref = claim.setup.get("model"), claim.setup.get("reference")
     entry = reference.lookup(ctx.reference, model, ref, claim.metric)
     layerwise = claim.metric in reference.WIT_METRICS or claim.metric in reference.COCO_METRICS

@@ -45,7 +45,7 @@ from harness.stats.estimators import (
 
 BENCHMARK = {names.mknn(names.PAPER_K): "wit1024", "wit_mknn10": "wit1024",
              "r_at_1": "flickr30k"}
-# the margin of a trained run's number (harness.config.margins: seeds vary), per claim metric
+# the margin of a trained run's number (the metric table's: seeds vary), per claim metric
 TRAINED_MARGIN = {"wit_mknn10": names.mknn(names.PAPER_K), "r_at_1": "r_at_1"}
 MILLION = 1e6
 SEED_SPREAD_CLAIM = "jepa_50m_seeds"  # the paper's only seed spread of the 33M encoder on WIT

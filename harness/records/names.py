@@ -53,6 +53,10 @@ class Metric:
         """The name at the run's mutual k-NN k."""
         return self.name.format(mknn=mknn_name(k))
 
+    def chance_at(self, k: int) -> str | None:
+        """The name of its chance row at k, None when it has none."""
+        return None if self.chance is None else self.chance.format(mknn=mknn_name(k))
+
 
 # MARGINS: the audit's equivalence margin per metric when params.yaml has no `audit.margin`
 # for it: the largest miss of a printed number that leaves the paper's conclusions as they are
@@ -214,6 +218,29 @@ def layerwise(*blocks: str) -> dict[str, tuple[str, int | None]]:
     """Evaluated metric -> (prh.layers metric, k), for the rows read from `blocks` of the
     reference document (`alignment`: WIT-1024, `coco`: Table 3's COCO column)."""
     return {m.name: m.layerwise for m in TABLE if m.layerwise and m.block in blocks}
+
+
+DOC_MARKS = ("<!-- the metric table: harness.records.names.markdown() -->",
+             "<!-- end of the metric table -->")  # where docs/contracts.md holds it
+
+
+def markdown() -> str:
+    """The table as docs/contracts.md prints it between DOC_MARKS, names at the paper's k
+    (tests/test_metric_table.py keeps the two equal)."""
+    def cell(v: Any) -> str:
+        return "—" if v in (None, "", ()) else str(v)
+
+    direction = {True: "higher", False: "lower", None: "—"}
+    lines = ["| name | label | group | margin | flat name | views | better | chance | controls |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for m in TABLE:
+        chance = m.chance_at(PAPER_K) or (m.chance_formula and f"= {m.chance_formula}")
+        lines.append(" | ".join((
+            f"| `{m.at(PAPER_K)}`", label(m.at(PAPER_K)), m.group, cell(m.margin),
+            cell(m.short and m.short.format(mknn=mknn_name(PAPER_K))),
+            cell(", ".join(sorted(m.views))), direction[m.higher_is_better], cell(chance),
+            cell(", ".join(m.controls)))) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def mknn(k: int) -> str:

@@ -98,7 +98,7 @@ def section_captions(results: Mapping) -> dict:
         for metric, what in caption_metrics(k).items():
             m = block.get("metrics", {}).get(metric)
             if m is not None:
-                fallback = controls.get(f"chance_{metric}", {}).get("mean")
+                fallback = controls.get(names.chance(metric), {}).get("mean")
                 rows.append({"arm": arm, "metric": metric, "what": what, "mean": m.get("mean"),
                              "std": m.get("std"), "ci": m.get("ci"),
                              "chance": chance.get(metric, fallback)})
@@ -130,7 +130,7 @@ def section_pair_free(results: Mapping, runs: Sequence[Mapping],
     """Per arm: the seed spread of the pair-free scores (results.json arms.ARM.pair_free), each
     seed's status from its run file, and the paired Procrustes R@1 of the same arm; the paper's
     pair-free numbers from the registry, as context about other data."""
-    fields = [f for m in PAIR_FREE_SCORES for f in (m, names.row(m).chance)]
+    fields = [f for m in PAIR_FREE_SCORES for f in (m, names.row(m).chance_at(names.PAPER_K))]
     labels = {**{f: names.label(f) for f in fields}, "r_at_1": names.label("pairfree_r_at_1"),
               "paired": names.label("r_at_1")}
     rows = []
@@ -252,7 +252,7 @@ def section_shakes(results: Mapping, runs: Sequence[Mapping], probe: Mapping | N
             m = block.get("metrics", {}).get(metric)
             if m is None:
                 continue
-            chance = block.get("controls", {}).get(f"chance_{metric}", {}).get("mean")
+            chance = block.get("controls", {}).get(names.chance(metric), {}).get("mean")
             subplots = [seeds_plot(m), lambda_plot(arm, metric, probe),
                         fit_plot(metric, arm_runs), clean_plot(metric, arm_runs, clean),
                         pool_plot(metric, block.get("gallery_curve") or [])]
