@@ -395,9 +395,10 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
     from harness.stages.audit import main
 
     params = load_params(REPO / "params.yaml")
-    at_chance = {"metrics": {"r_at_1": metric(1 / 300, 0.003)}, "controls": chance(1 / 300)}
+    at_chance = {"seeds": [0], "metrics": {"r_at_1": metric(1 / 300, 0.003)},
+                 "controls": chance(1 / 300)}
     results = {**RESULTS, "profile": params.profile, "params_hash": params.hash, "n_test": 300,
-               "arms": {"good": {"metrics": {"r_at_1": metric(0.05, 0.012)},
+               "arms": {"good": {"seeds": [0], "metrics": {"r_at_1": metric(0.05, 0.012)},
                                  "controls": chance(1 / 300)}, "bad": at_chance,
                         "ntp": at_chance},
                "gaps": [gap("good", "bad", 0.05 - 1 / 300, 0.012),

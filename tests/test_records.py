@@ -4,6 +4,8 @@ once with suggestions, and a training run's derived values resolved once."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +87,12 @@ def test_per_query_round_trip_and_refusals(tmp_path):
         write_per_query(path, ids, {"ids": ids})
 
 
+FIXTURE = Path(__file__).resolve().parent / "fixtures/pipeline"
+
+
 def test_a_schema_of_another_version_names_the_stage_to_rerun():
-    assert RESULTS.check({"schema": "prh.results/2", "x": 1}, "r.json")["x"] == 1
+    doc = {**json.loads((FIXTURE / "results.json").read_text()), "x": 1}
+    assert RESULTS.check(doc, "r.json")["x"] == 1  # a field no reader needs is let through
     with pytest.raises(ContractError, match=r"r.json: version 0 of prh.results.*dvc repro "
                                             r"aggregate"):
         RESULTS.check({"schema": "prh.results/0"}, "r.json")
@@ -138,3 +144,59 @@ def test_the_report_words_are_the_audits_words():
     reason = verdicts.not_rerun("scale", "web-scale training") + " (dataset=wit)"
     assert verdicts.category_of(reason) == "scale"
     assert verdicts.gist(reason) == "scale: web-scale training"
+
+
+DROP = object()  # the edit that deletes the field
+
+
+@pytest.mark.parametrize("path, value, needle", [
+    (("k",), DROP, "k: missing"),
+    (("arms", "good", "metrics", "r_at_1", "mean"), DROP,
+     "arms.good.metrics.r_at_1.mean: missing"),
+    (("gaps", 0, "diff"), DROP, "gaps[0].diff: missing"),
+    (("n_test",), "1000", "n_test: expected an integer, found '1000'"),
+    (("k",), True, "k: expected an integer, found True"),
+    (("arms", "bad", "metrics", "mknn10", "mean"), False,
+     "arms.bad.metrics.mknn10.mean: expected a number, found False"),
+    (("arms", "ntp", "seeds"), "0,1", "arms.ntp.seeds: expected a list"),
+    (("gaps", 1, "ci"), [0.1, "0.2"], "gaps[1].ci[1]: expected a number"),
+    (("arms",), [], "arms: expected an object, found list"),
+])
+def test_results_missing_or_mistyping_a_field_its_readers_need_is_refused_by_path(path, value,
+                                                                                needle):
+    doc = json.loads((FIXTURE / "results.json").read_text())
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is DROP:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    with pytest.raises(ContractError, match=re.escape(f"r.json: {needle}") + ".*dvc repro "
+                                                                             "aggregate"):
+        RESULTS.check(doc, "r.json")
+
+
+def test_a_run_file_without_its_metric_values_is_refused_by_path_and_optionals_may_be_absent():
+    doc = json.loads((FIXTURE / "align/good-s0.json").read_text())
+    doc.pop("per_query")
+    for entry in doc["metrics"].values():
+        entry.pop("ci", None)
+    assert RUN.check(doc, "good-s0.json", "align@good-0")["k"] == doc["k"]
+    doc["metrics"]["r_at_1"]["value"] = None
+    with pytest.raises(ContractError, match=r"good-s0.json: metrics.r_at_1.value: expected a "
+                                            r"number, found None; rerun `dvc repro align@good-0`"):
+        RUN.check(doc, "good-s0.json", "align@good-0")
+
+
+@pytest.mark.parametrize("name", ["RUN", "RESULTS"])
+def test_docs_list_the_fields_each_reader_checks(name):
+    """docs/contracts.md's field list of the run file and results.json is the shape the reader
+    checks, line for line."""
+    from harness.records import schemas
+
+    text = (FIXTURE.parents[1].parent / "docs/contracts.md").read_text()
+    begin, end = f"<!-- fields: {name} -->\n", f"<!-- end of fields: {name} -->"
+    listed = text[text.index(begin) + len(begin):text.index(end)].strip().splitlines()
+    assert listed == schemas.shape_rows(getattr(schemas, name).shape), \
+        f"docs/contracts.md: paste harness.records.schemas.shape_rows({name}.shape) there"
