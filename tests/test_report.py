@@ -176,6 +176,20 @@ def test_missing_inputs_render_absent_sections(tmp_path: Path) -> None:
     assert "0.000" not in html
 
 
+def test_a_results_file_missing_a_field_is_an_absent_box_naming_it(tmp_path: Path) -> None:
+    """The report reads results.json through RESULTS's shape: a file without a field its
+    sections compute from is one absent box naming the field, not a KeyError midway."""
+    root = tmp_path / "p"
+    shutil.copytree(FIX, root)
+    doc = json.loads((root / "results.json").read_text())
+    del doc["arms"]["good"]["metrics"]["r_at_1"]["mean"]
+    (root / "results.json").write_text(json.dumps(doc))
+    ctx = build_context(paths_in(root))
+    reason = ctx["sections"]["paper_vs_rerun"]["absent"]["reason"]
+    assert reason == "arms.good.metrics.r_at_1.mean: missing; rerun the stage"
+    assert "<b>absent</b>" in render(ctx)
+
+
 def test_partial_inputs_keep_what_is_there(tmp_path: Path) -> None:
     root = tmp_path / "p"
     shutil.copytree(FIX, root)

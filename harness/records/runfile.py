@@ -31,9 +31,8 @@ def check_run_file(name: str, data: Any, where: str) -> dict[str, Any]:
     if run.get("arm") != m["arm"] or str(run.get("seed")) != m["seed"]:
         raise ContractError(f"{where}: its 'run' record says arm {run.get('arm')!r} seed "
                             f"{run.get('seed')!r}, the file name says otherwise")
-    per_query = data.get("per_query")
-    if per_query is not None and (not isinstance(per_query, str)
-                                  or not PER_QUERY_NAME.fullmatch(per_query)):
+    per_query = data.get("per_query")  # a string when present (RUN's shape)
+    if per_query is not None and not PER_QUERY_NAME.fullmatch(per_query):
         raise ContractError(f"{where}: per_query {per_query!r} is not a file name beside the run "
                             "file (ARM-sSEED.npz, no folder); readers open nothing outside the "
                             "run folder: rerun its align stage")

@@ -77,7 +77,7 @@ def shape_problem(value: Any, shape: Any, at: str) -> str | None:
         return None
     if isinstance(shape, list):
         if not isinstance(value, list):
-            return f"{at}: expected a list, found {type(value).__name__}"
+            return f"{at or 'the file'}: expected a list, found {type(value).__name__}"
         for i, v in enumerate(value):
             if problem := shape_problem(v, shape[0], f"{at}[{i}]"):
                 return problem

@@ -31,7 +31,15 @@ from markupsafe import Markup
 from harness.audit.claims import REGISTRY
 from harness.records import names
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
-from harness.records.schemas import AUDIT, CONTAMINATION, PROBE, RESULTS, THEORY, Schema
+from harness.records.schemas import (
+    AUDIT,
+    CONTAMINATION,
+    PROBE,
+    RESULTS,
+    THEORY,
+    Schema,
+    shape_problem,
+)
 from harness.report import measures, plots
 from harness.report.checklist import checklist
 from harness.report.measures import clean_scores
@@ -86,7 +94,7 @@ def load_input(path: Path, stage: str, schema: Schema | None = None) -> tuple[An
     except (ContractError, yaml.YAMLError) as e:
         return None, absent(path, stage, f"unreadable: {e}")
     found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-    problem = schema.problem(found) if schema else None
+    problem = schema and (schema.problem(found) or shape_problem(data, schema.shape, ""))
     if problem:
         return None, absent(path, stage, f"{problem}; rerun the stage")
     return data, None
