@@ -51,11 +51,25 @@ class Metric:
 
     def at(self, k: int) -> str:
         """The name at the run's mutual k-NN k."""
-        return self.name.format(mknn=mknn_name(k))
+        return _at_k(self.name, k)
 
     def chance_at(self, k: int) -> str | None:
         """The name of its chance row at k, None when it has none."""
-        return None if self.chance is None else self.chance.format(mknn=mknn_name(k))
+        return _at_k(self.chance, k)
+
+    def short_at(self, k: int) -> str | None:
+        """Its name in DVC's flat views at k, None when it is not in them."""
+        return _at_k(self.short, k)
+
+
+def _at_k(template: str | None, k: int) -> str | None:
+    """A name template of the table (`chance_{mknn}`) at the run's k; None stays None."""
+    return template and template.format(mknn=mknn_name(k))
+
+
+def _words_at_k(text: str, k: int) -> str:
+    """The table's words at k: `mutual k-NN` -> `mutual 10-NN`."""
+    return text.replace("k-NN", f"{k}-NN")
 
 
 # MARGINS: the audit's equivalence margin per metric when params.yaml has no `audit.margin`
@@ -169,12 +183,12 @@ def label(name: str, k: int = PAPER_K) -> str:
     """The report's words for `name` at k (the mutual k-NN's k written out); the name itself
     when the table does not hold it."""
     m = rows(k).get(name)
-    return name if m is None else m.label.replace("k-NN", f"{k}-NN")
+    return name if m is None else _words_at_k(m.label, k)
 
 
 def describe(name: str, k: int = PAPER_K) -> str:
     """What `name` at k scores, in a sentence (the mutual k-NN's k written out)."""
-    return row(name, k).means.replace("k-NN", f"{k}-NN")
+    return _words_at_k(row(name, k).means, k)
 
 
 def in_view(view: str, k: int) -> tuple[str, ...]:
@@ -205,7 +219,7 @@ def run_scalars(k: int) -> tuple[str, ...]:
 
 def flat_names(k: int) -> dict[str, str]:
     """A run file's metric -> its short name in DVC's flat view."""
-    return {m.at(k): m.short.format(mknn=mknn_name(k)) for m in TABLE
+    return {m.at(k): m.short_at(k) for m in TABLE
             if m.short and m.views & {"arm", "run"}}
 
 
@@ -237,7 +251,7 @@ def markdown() -> str:
         chance = m.chance_at(PAPER_K) or (m.chance_formula and f"= {m.chance_formula}")
         lines.append(" | ".join((
             f"| `{m.at(PAPER_K)}`", label(m.at(PAPER_K)), m.group, cell(m.margin),
-            cell(m.short and m.short.format(mknn=mknn_name(PAPER_K))),
+            cell(m.short_at(PAPER_K)),
             cell(", ".join(sorted(m.views))), direction[m.higher_is_better], cell(chance),
             cell(", ".join(m.controls)))) + " |")
     return "\n".join(lines) + "\n"
