@@ -73,17 +73,18 @@ ENV VIRTUAL_ENV=/opt/venv \
 # installed first from its hashed entry, and --no-build-isolation, so no build step fetches an
 # unpinned, unhashed setuptools.
 # Three layers, cut from the same lock: the CUDA libraries (nvidia-*, cuda-*: 3.2 GB), torch
-# with triton (2.1 GB), then the rest (the last step skips what is installed). A builder holds a
-# layer up to four times while committing it (its container, two blob copies, the stored
-# layer): one 7.3 GB layer took 28.3 GB of disk at the build's peak, three take 17.2 GB.
+# with triton (2.1 GB), both wheels only (--only-binary: nothing there builds), then the rest
+# (the last step skips what is installed). A builder holds a layer up to four times while
+# committing it (its container, two blob copies, the stored layer): one 6.8 GB pip layer took
+# 28.3 GB of disk at the build's peak, three take 17.2 GB.
 COPY docker/requirements.lock /opt/prh/requirements.lock
 RUN "python${PYTHON_VERSION}" -m venv /opt/venv \
  && sed -n '/^setuptools==/,/[^\\]$/p' /opt/prh/requirements.lock >/tmp/build.lock \
  && pip install --require-hashes --no-deps -r /tmp/build.lock \
  && sed -n '/^\(nvidia\|cuda\)-/,/[^\\]$/p' /opt/prh/requirements.lock >/tmp/cuda.lock \
- && pip install --require-hashes --no-deps -r /tmp/cuda.lock
+ && pip install --require-hashes --no-deps --only-binary :all: -r /tmp/cuda.lock
 RUN sed -n '/^\(torch\|triton\)==/,/[^\\]$/p' /opt/prh/requirements.lock >/tmp/torch.lock \
- && pip install --require-hashes --no-deps -r /tmp/torch.lock
+ && pip install --require-hashes --no-deps --only-binary :all: -r /tmp/torch.lock
 RUN pip install --require-hashes --no-deps --no-build-isolation -r /opt/prh/requirements.lock \
  && pip check \
  && python -c "import sys, torch, torchvision; \

@@ -29,6 +29,12 @@ def mknn_name(k: int) -> str:
 HIT = "_hit"  # a per-pair outcome that is a hit (0/1) ends in it; the metric, its mean, does not
 
 
+# the fields of a training's per-epoch record (curve.json) that score it: R@1 on the test pairs
+# and on the fit pairs after that epoch (harness.stages.train's hook writes them; the curve's
+# readers downstream read them by these names)
+CURVE_TEST, CURVE_FIT = "r_at_1_test", "r_at_1_fit"
+
+
 def metric_of(outcome: str) -> str:
     """The metric an outcome averages to: `r_at_1_hit` -> `r_at_1`, `mknn10` -> `mknn10`."""
     return outcome.removesuffix(HIT)

@@ -17,6 +17,7 @@ from harness.records import flat, names, reference
 from harness.records.results import aggregate_runs
 from harness.report.context import section_paper_vs_rerun
 
+ROOT = Path(__file__).resolve().parents[1]
 R_AT_3 = names.Metric("r_at_3", "R@3", "score", "image → text R@3", margin=0.05,
                       short="r_at_3", views=frozenset({"arm"}))
 
@@ -78,7 +79,39 @@ def test_the_table_gives_each_consumer_the_list_it_showed() -> None:
 
 def test_docs_print_the_table_as_it_is() -> None:
     """docs/contracts.md's metric table is the table's own rendering, every column of it."""
-    text = (Path(__file__).resolve().parents[1] / "docs/contracts.md").read_text()
+    text = (ROOT / "docs/contracts.md").read_text()
     start, end = (text.index(mark) for mark in names.DOC_MARKS)
     assert text[start + len(names.DOC_MARKS[0]):end].strip() == names.markdown().strip(), \
         "docs/contracts.md: paste harness.records.names.markdown() between its marks"
+
+
+def test_no_template_header_spells_a_metric_out() -> None:
+    """Every table header of the report that names a metric prints the metric table's label
+    from the context, so relabelling a row relabels the report; a header in its own words
+    ("best R@1") would keep the old ones. What is left of a header once its {{ ... }} are
+    removed holds no label of the table and none of the metrics' short words."""
+    import re
+
+    scored = [m for m in names.TABLE if m.group != "quantity"]
+    words = {w for m in scored for w in names.label(m.at(names.PAPER_K)).split()
+             if any(c in w for c in "@-") or w.isupper()} | {"mutual", "Spearman"}
+    found, headers = [], 0
+    for path in sorted((ROOT / "reports/templates").glob("*.j2")):
+        for header in re.findall(r"<th[^>]*>(.*?)</th>", path.read_text(), re.S):
+            headers += 1
+            text = re.sub(r"{{.*?}}|{%.*?%}", " ", header)
+            found += [f"{path.name}: {header}" for w in words
+                      if w in re.split(r"[\s(),:;]+", text)]
+    assert {"R@1", "R@5", "10-NN", "CKA", "FOSCTTM"} <= words and headers > 50
+    assert not found, found
+
+
+def test_dvc_plots_the_curve_field_prh_names() -> None:
+    """dvc.yaml's epoch plot reads the per-epoch field by its name in prh.config (YAML cannot
+    import it)."""
+    from prh.config import CURVE_TEST
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    plots = [p for s in stages.values() for spec in (s.get("plots") or [])
+             if isinstance(spec, dict) for p in spec.values() if isinstance(p, dict)]
+    assert [p["y"] for p in plots if p.get("x") == "epoch"] == [CURVE_TEST]

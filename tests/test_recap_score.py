@@ -181,10 +181,12 @@ def test_the_report_shows_each_snapshots_score_beside_its_account(subset: Path, 
     (tmp_path / "scores.json").write_text(json.dumps(scores))
     (tmp_path / "audit.json").write_text(json.dumps({"schema": "prh.audit/1", "claims": [
         {"id": "t7_captioner_good", "rule": "web_text", "statement": "Good views .107.",
-         "printed": "0.107", "where": "Table 7", "verdict": "not comparable",
+         "kind": "measured", "printed": "0.107", "where": "Table 7", "evidence": {},
+         "verdict": "not comparable",
          "reason": "no run trained as the claim says: images: claim 2.24M, run 9"},
-        {"id": "other", "rule": "measured", "statement": "x", "printed": "1", "where": "y",
-         "verdict": "reproduced", "reason": "z"}]}))
+        {"id": "other", "rule": "measured", "kind": "measured", "statement": "x", "printed": "1",
+         "where": "y", "evidence": {}, "verdict": "reproduced", "reason": "z"}],
+        "arithmetic": [], "summary": {"not comparable": 1, "reproduced": 1}}))
     (tmp_path / "para").mkdir()
     (tmp_path / "para/summary.json").write_text(json.dumps({"schema": "prh.recap_paraphrase/1",
                                                             "paraphrase": None}))

@@ -15,11 +15,12 @@ from test_params import write as write_params
 from harness.config.margins import MarginError, load_margins
 from harness.config.params import ParamsError, load_params
 from harness.config.validate import validate_params
-from harness.records import names, verdicts
+from harness.records import names, schemas, verdicts
 from harness.records.flat import aggregate_metrics, run_metrics
 from harness.records.perquery import read_per_query, write_per_query
 from harness.records.results import aggregate_runs
 from harness.records.schemas import RESULTS, RUN
+from harness.records.verdicts import AUDIT
 from harness.report import summary
 from prh.align import score_alignment
 from prh.io import ContractError
@@ -189,14 +190,36 @@ def test_a_run_file_without_its_metric_values_is_refused_by_path_and_optionals_m
         RUN.check(doc, "good-s0.json", "align@good-0")
 
 
-@pytest.mark.parametrize("name", ["RUN", "RESULTS"])
+def test_an_audit_outside_the_vocabulary_is_refused_by_path_and_the_audits_own_passes():
+    """The audit's own document (harness.audit.judge on the test registry, every rule) passes
+    its reader's check; a verdict or a status the vocabulary lacks is refused by its path, where
+    the report would have counted it under no heading and the CI gate never tripped on it."""
+    from test_audit import run_small
+
+    doc = json.loads(json.dumps(run_small()))
+    assert AUDIT.check(doc, "audit.json") == doc
+    for edit, path, word, first in [
+            (("claims", 3, "verdict"), r"claims\[3\]\.verdict", "reproduced (mostly)",
+             "reproduced"),
+            (("arithmetic", 0, "status"), r"arithmetic\[0\]\.status", "held", "holds")]:
+        bad = json.loads(json.dumps(doc))
+        bad[edit[0]][edit[1]][edit[2]] = word
+        with pytest.raises(ContractError, match=rf"audit.json: {path}: '{re.escape(word)}' is not "
+                                                rf"one of '{first}', .*; rerun `dvc repro audit`"):
+            AUDIT.check(bad, "audit.json")
+    del doc["claims"][0]["reason"]
+    with pytest.raises(ContractError, match=r"claims\[0\]\.reason: missing"):
+        AUDIT.check(doc, "audit.json")
+
+
+@pytest.mark.parametrize("name", ["RUN", "RESULTS", "AUDIT", "REFERENCE"])
 def test_docs_list_the_fields_each_reader_checks(name):
-    """docs/contracts.md's field list of the run file and results.json is the shape the reader
-    checks, line for line."""
-    from harness.records import schemas
+    """docs/contracts.md's field list of each file whose reader checks a shape (the run file,
+    results.json, the audit, the reference scores) is that shape, line for line."""
 
     text = (FIXTURE.parents[1].parent / "docs/contracts.md").read_text()
     begin, end = f"<!-- fields: {name} -->\n", f"<!-- end of fields: {name} -->"
     listed = text[text.index(begin) + len(begin):text.index(end)].strip().splitlines()
-    assert listed == schemas.shape_rows(getattr(schemas, name).shape), \
+    schema = getattr(schemas, name, None) or getattr(verdicts, name)  # AUDIT: with its words
+    assert listed == schemas.shape_rows(schema.shape), \
         f"docs/contracts.md: paste harness.records.schemas.shape_rows({name}.shape) there"

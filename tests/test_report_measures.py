@@ -108,7 +108,7 @@ def text_sources() -> dict:
     the captioner's texts good scores 1 hit of 40 (.025, chance) and bad none."""
     r1 = {("people", "good"): 0.3, ("people", "bad"): 0.1, ("captioner", "good"): 0.025,
           ("captioner", "bad"): 0.0}
-    return {"sources": ["people", "captioner"], "seed": 0, "epochs": 5,
+    return {"sources": ["people", "captioner"], "k": 10, "seed": 0, "epochs": 5,
             "lamb": {"good": 0.02, "bad": 0.02},
             "rows": [{"source": s, "arm": a, "r_at_1": v, "r_at_5": 0.5, "mknn10": 0.2,
                       "chance_r_at_1": 0.025} for (s, a), v in r1.items()],
@@ -250,7 +250,7 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
     ctx = build_context(paths(measured[0], measured[0] / "probe.json", ROOT / "params.yaml"))
     cells = cells_of(render(ctx))
     assert cells["text_sources.people.gap.r_at_1"] == "0.200"
-    assert cells["text_sources.people.result"] == "R@1 above 0; mknn10 holds 0"
+    assert cells["text_sources.people.result"] == "test R@1 above 0; mutual 10-NN holds 0"
     # 1 hit of 40 at chance 1/40: P(X >= 1) = 1 - .975^40 = .64, not above chance
     assert cells["text_sources.captioner.result"] == "both arms at chance: not read"
     assert cells["text_sources.difference.captioner.r_at_1"] == "0.175"
@@ -280,6 +280,10 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
         "differences"][0]["reading"] == "above 0"
     assert section_text_sources({"schema": "prh.probe/1"}, None, None, {})["not_run"] == \
         "the probe file predates the text-source probe: `dvc repro probe`"
+    del live["k"]  # a probe file from before k was recorded: its labels would be guesses
+    assert section_text_sources({"text_sources": live}, None, None, {})["not_run"] == (
+        "the probe file's text_sources does not record its mutual k-NN's k (written before it "
+        "did): `dvc repro probe`")
 
 
 def test_world_settings_come_from_params(tmp_path: Path) -> None:

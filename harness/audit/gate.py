@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.claims import AuditError
-from harness.records.schemas import AUDIT
-from harness.records.verdicts import FAIL_ON, GATE_PRINTED, GATE_VERDICTS, RERUN_CHECKS, gist
+from harness.records.verdicts import (
+    AUDIT,
+    FAIL_ON,
+    GATE_PRINTED,
+    GATE_VERDICTS,
+    RERUN_CHECKS,
+    gist,
+)
 from prh.io import read_json
 
 Doc = Mapping[str, Any]

@@ -17,8 +17,14 @@ from harness.audit.paths import ELSEWHERE, path_of, rerun_paths
 from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
-from harness.records.schemas import AUDIT
-from harness.records.verdicts import COUNT_CHECK, GAP_CHECK, MEAN_CHECK, STATUSES, VERDICTS
+from harness.records.verdicts import (
+    AUDIT,
+    COUNT_CHECK,
+    GAP_CHECK,
+    MEAN_CHECK,
+    STATUSES,
+    VERDICTS,
+)
 from harness.stats.equivalence import ALPHA, holm
 
 

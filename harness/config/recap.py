@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.params import check_seeds, read_top_level
+from harness.records import names
 from prh.io import ContractError, read_yaml
 
 
@@ -45,10 +46,10 @@ def load_paraphrase(path: Path) -> Any:
     cfg = ParaphraseConfig.from_dict((read_yaml(path, "run from the repository root")
                                       .get("recap") or {}).get("paraphrase"),
                                      f"{path}: recap.paraphrase")
-    names = [name for name, _ in load_recap(path).sources]
-    if cfg.source not in names:
+    sources = [name for name, _ in load_recap(path).sources]
+    if cfg.source not in sources:
         raise ContractError(f"{path}: recap.paraphrase.source {cfg.source!r} is not one of "
-                            f"recap.sources {names}")
+                            f"recap.sources {sources}")
     return cfg
 
 
@@ -81,16 +82,14 @@ def runs_of(train: Mapping[str, Any]) -> list[tuple[str, int]]:
     return [(arm, seed) for arm in train["arms"] for seed in train["seeds"]]
 
 
-BENCHMARKS = ("wit1024", "flickr30k")
-
-
 def read_score(path: Path) -> tuple[str, ...]:
-    """params.yaml's `recap.score`: the benchmarks, each once, in BENCHMARKS."""
-    names = (read_yaml(path, "run from the repository root").get("recap") or {}).get("score")
-    if not isinstance(names, list) or not set(names) <= set(BENCHMARKS) \
-            or len(set(names)) != len(names):
-        raise ContractError(f"{path}: recap.score: a list of distinct benchmarks from "
-                            f"{list(BENCHMARKS)} ([] trains without scoring), got {names!r}")
-    return tuple(names)
+    """params.yaml's `recap.score`: the benchmarks, each once, of names.WEB_TEXT_BENCHMARKS."""
+    chosen = (read_yaml(path, "run from the repository root").get("recap") or {}).get("score")
+    known = list(names.WEB_TEXT_BENCHMARKS)
+    if not isinstance(chosen, list) or not set(chosen) <= set(known) \
+            or len(set(chosen)) != len(chosen):
+        raise ContractError(f"{path}: recap.score: a list of distinct benchmarks from {known} "
+                            f"([] trains without scoring), got {chosen!r}")
+    return tuple(chosen)
 
 

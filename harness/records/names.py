@@ -165,6 +165,13 @@ TABLE: tuple[Metric, ...] = (
 )
 
 
+# the benchmarks a web-text run is scored on: name -> its title and the metric scored on it at
+# the run's k. `recap.score` names them (harness.config.recap); the audit's web-text rule and
+# the web-text report read them.
+WEB_TEXT_BENCHMARKS = {"wit1024": ("WIT-1024", mknn_name),
+                       "flickr30k": ("Flickr30k", lambda k: "r_at_1")}
+
+
 def rows(k: int = PAPER_K) -> dict[str, Metric]:
     """The table by name at k."""
     return {m.at(k): m for m in TABLE}

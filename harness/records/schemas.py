@@ -4,9 +4,10 @@ audit and the report compute from, the shape of the fields they read. A writer s
 version, or one missing a field its readers need or holding it as another type, with the line
 that fixes it (rerun the stage that writes it).
 
-A shape is a type (`str`, `int`, `NUMBER`: an int or a float, never a bool), `[shape]` (a list
-of it), or a mapping of field -> shape, where `?field` may be absent and `*` stands for every
-key (an arm, a metric, a seed); a field not named is allowed (readers ignore it)."""
+A shape is a type (`str`, `int`, `NUMBER`: an int or a float, never a bool), a tuple of the
+words allowed (a verdict, a status), `[shape]` (a list of it), or a mapping of field -> shape,
+where `?field` may be absent and `*` stands for every key (an arm, a metric, a seed); a field
+not named is allowed (readers ignore it)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def shape_problem(value: Any, shape: Any, at: str) -> str | None:
                 if problem := shape_problem(v, sub, _path(at, k)):
                     return problem
         return None
+    if isinstance(shape, tuple):
+        return None if value in shape else f"{at}: {value!r:.40} is not one of {_words(shape)}"
     if isinstance(shape, list):
         if not isinstance(value, list):
             return f"{at or 'the file'}: expected a list, found {type(value).__name__}"
@@ -87,6 +90,10 @@ def shape_problem(value: Any, shape: Any, at: str) -> str | None:
     return None if ok else f"{at}: expected {_TYPES[shape]}, found {value!r:.40}"
 
 
+def _words(words: tuple[str, ...]) -> str:
+    return ", ".join(repr(w) for w in words)
+
+
 def _path(at: str, key: object) -> str:
     return f"{at}.{key}" if at else str(key)
 
@@ -94,10 +101,14 @@ def _path(at: str, key: object) -> str:
 def shape_rows(shape: Any, at: str = "") -> list[str]:
     """A shape as docs/contracts.md lists it, one field a line: `- `arms.*.seeds[]`: an
     integer` (`?`: may be absent); tests/test_records.py keeps the docs equal to it."""
+    if isinstance(shape, Mapping) and not shape:
+        return [f"- `{at}`: an object"]
     if isinstance(shape, Mapping):
         return [row for key, sub in shape.items() for row in shape_rows(sub, _path(at, key))]
     if isinstance(shape, list):
         return shape_rows(shape[0], f"{at}[]")
+    if isinstance(shape, tuple):
+        return [f"- `{at}`: one of {_words(shape)}"]
     return [f"- `{at}`: {_TYPES[shape]}"]
 
 
@@ -112,17 +123,26 @@ RESULTS_SHAPE = {
 RUN_SHAPE = {"k": int, "run": {"arm": str, "seed": int},
              "metrics": {"*": {"value": NUMBER, "?ci": [NUMBER]}}, "?per_query": str}
 
+# what the audit reads of the public encoders' scores (harness.records.reference's lookups,
+# harness.audit.setting's comparison with the paper's setting): docs/contracts.md, "Reference"
+_ALIGNED = {"*": {"text": str, "vision": str, "metric": str, "best": NUMBER}}
+REFERENCE_SHAPE = {
+    "data": {"n": int, "sha256": str}, "protocol": {"name": str, "k": int},
+    "text": {"*": {"hidden": int, "layers": int}}, "vision": {"*": {"timm": str}},
+    "alignment": _ALIGNED, "sts": {"*": {"spearman": NUMBER, "n": int}},
+    "?coco": {"data": {"n": int, "sha256": str}, "alignment": _ALIGNED}}
+
 
 ARM_TRAIN = Schema("prh.arm_train", 1, "config@ARM")  # runs/config/ARM.json
 RUN = Schema("prh.metrics", 2, "align@ARM-SEED", RUN_SHAPE)  # runs/align/ARM-sSEED.json
 PER_QUERY = Schema("prh.per_query", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.npz
 RESULTS = Schema("prh.results", 2, "aggregate", RESULTS_SHAPE)  # runs/results.json
-AUDIT = Schema("prh.audit", 1, "audit")  # reports/audit.json
 THEORY = Schema("prh.theory", 1, "theory")  # runs/theory.json
 PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
-REFERENCE = Schema("prh.reference", 2, "reference")  # runs/reference/wit1024.json
+# runs/reference/wit1024.json
+REFERENCE = Schema("prh.reference", 2, "reference", REFERENCE_SHAPE)
 RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase

@@ -1,12 +1,18 @@
-"""The audit's vocabulary: the verdict of a claim, the status of a check, the `--fail-on`
-names of the CI gate and the reasons a claim is not rerun. The audit writes these words; the
-report's summary and the CI gate read them from here; `family_line` says the audit's Holm
-family in one line."""
+"""The audit's vocabulary and its file: the verdict of a claim, the status of a check, the
+`--fail-on` names of the CI gate, the reasons a claim is not rerun, and `AUDIT`, the format of
+reports/audit.json with the shape its readers check (a verdict or a status outside the
+vocabulary is refused). The audit writes these words; the report's summary and the CI gate read
+them from here; `family_line` says the audit's Holm family in one line. AUDIT lives here rather
+than beside the other formats (harness.records.schemas) so that only the audit's writer and
+readers depend on these words: a new verdict or reason reruns the audit and the report, never a
+training."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from harness.records.schemas import NUMBER, Schema
 
 VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered)",
             "pattern seen on another profile", "pattern not seen on another profile",
@@ -15,6 +21,17 @@ VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered
 # "informational": a relation whose check is by design no finding (the registry's
 # `informational:` says why); it is shown with what its check found (`found`), never counted
 STATUSES = ("holds", "informational", "holds within input rounding", "ambiguous", "fails")
+# what the report, the CI gate (a baseline audit) and the web-text report read of the audit:
+# docs/contracts.md, "Audit"
+AUDIT_SHAPE = {
+    "claims": [{"id": str, "kind": str, "rule": str, "verdict": VERDICTS, "reason": str,
+                "evidence": {}}],
+    "arithmetic": [{"id": str, "status": STATUSES}],
+    "?at_chance": {"*": {"*": {"ci": [NUMBER], "chance": NUMBER}}},
+    "?rerun_paths": {"*": {"claims": [str]}},
+    "summary": {"*": int}}
+AUDIT = Schema("prh.audit", 1, "audit", AUDIT_SHAPE)  # reports/audit.json
+
 # The CI gate's `--fail-on` names (harness.audit.gate). The rerun's own findings trip it as
 # they stand: a claim with one of these verdicts, an arm at chance (the audit's `at_chance`), a
 # count check of the rerun's own scores that fails.

@@ -32,7 +32,6 @@ from harness.audit.claims import REGISTRY
 from harness.records import names
 from harness.records.runfile import RUN_FILE, check_run_file, run_name
 from harness.records.schemas import (
-    AUDIT,
     CONTAMINATION,
     PROBE,
     RESULTS,
@@ -40,11 +39,13 @@ from harness.records.schemas import (
     Schema,
     shape_problem,
 )
+from harness.records.verdicts import AUDIT
 from harness.report import measures, plots
 from harness.report.checklist import checklist
 from harness.report.measures import clean_scores
 from harness.report.render import brief, rows_and_tables, source_date, table_of
 from harness.report.summary import audit_table, first_page
+from prh.config import CURVE_TEST
 from prh.io import ContractError, file_sha256, read_json
 
 STAGES = {
@@ -128,7 +129,7 @@ def metric_value(run: Mapping, name: str) -> float | None:
     return None if entry is None else entry.get("value")
 
 
-def best_and_last(curve: Sequence[Mapping], key: str = "r_at_1_test") -> dict | None:
+def best_and_last(curve: Sequence[Mapping], key: str = CURVE_TEST) -> dict | None:
     """Best epoch (first epoch reaching the maximum) and last epoch of a per-epoch curve."""
     pts = [(r["epoch"], r[key]) for r in curve if r.get(key) is not None]
     if not pts:
@@ -213,8 +214,9 @@ def section_seed_spread(results: Mapping) -> dict:
             entry["per_arm"][arm] = values
             entry["means"][arm] = m.get("mean")
             entry["outliers"][arm] = outliers
+    k = names.results_k(results)
     for metric, entry in metrics.items():
-        svg = plots.seed_dots(entry.pop("per_arm"), metric, entry.pop("means"),
+        svg = plots.seed_dots(entry.pop("per_arm"), names.label(metric, k), entry.pop("means"),
                               entry.pop("outliers")) if entry.pop("plot") else None
         entry["svg"] = svg and Markup(svg)
     return {"metrics": metrics}
@@ -230,11 +232,13 @@ def section_runs(runs: Sequence[Mapping]) -> dict:
                      "epochs": best_and_last(r.get("curve") or [])})
     curves = {r["label"]: r["curve"] for r in runs if r.get("curve")}
     fits = {r["label"]: r["fit_size_curve"] for r in runs if r.get("fit_size_curve")}
-    best = {k: {"epoch": v["epochs"]["best_epoch"], "value": v["epochs"]["best"]}
-            for k, v in ((row["label"], row) for row in rows) if v["epochs"]}
-    curve_svg = plots.epoch_curves(curves, "r_at_1_test", best) if curves else None
-    fit_svg = plots.fit_size_curves(fits) if fits else None
-    return {"columns": columns, "rows": rows, "curve_svg": curve_svg and Markup(curve_svg),
+    best = {label: {"epoch": v["epochs"]["best_epoch"], "value": v["epochs"]["best"]}
+            for label, v in ((row["label"], row) for row in rows) if v["epochs"]}
+    r1 = names.label("r_at_1", k)
+    curve_svg = plots.epoch_curves(curves, CURVE_TEST, best, r1) if curves else None
+    fit_svg = plots.fit_size_curves(fits, r1) if fits else None
+    return {"columns": columns, "rows": rows, "r1": r1,
+            "curve_svg": curve_svg and Markup(curve_svg),
             "fit_svg": fit_svg and Markup(fit_svg)}
 
 

@@ -246,9 +246,10 @@ def section_shakes(results: Mapping, runs: Sequence[Mapping], probe: Mapping | N
     subset, (e) the pool size, with the paper's value and chance as horizontal lines."""
     paper = paper_values(registry)
     panels = []
+    k = names.results_k(results)
     for arm, block in results.get("arms", {}).items():
         arm_runs = [r for r in runs if r["arm"] == arm]
-        for metric in names.headline(names.results_k(results)):
+        for metric in names.headline(k):
             m = block.get("metrics", {}).get(metric)
             if m is None:
                 continue
@@ -257,7 +258,8 @@ def section_shakes(results: Mapping, runs: Sequence[Mapping], probe: Mapping | N
                         fit_plot(metric, arm_runs), clean_plot(metric, arm_runs, clean),
                         pool_plot(metric, block.get("gallery_curve") or [])]
             ref = paper.get((arm, metric))
-            svg = plots.shake_row(subplots, f"{arm}-{metric}", arm, metric, ref, chance)
+            svg = plots.shake_row(subplots, f"{arm}-{metric}", arm, names.label(metric, k), ref,
+                                  chance)
             panels.append({"arm": arm, "metric": metric, "mean": m.get("mean"), "paper": ref,
                            "chance": chance, "svg": Markup(svg)})
     epochs = None if probe is None or "probe" not in probe else \
@@ -337,10 +339,11 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
 
     rows = {(r["source"], r["arm"]): r for r in ts["rows"]}
     gaps = {(g["metric"], g["source"]): g for g in ts["gaps"]}
-    mknn = next((m for m, _ in gaps if m != "r_at_1"), None)
-    if mknn is None:
-        return {"not_run": "the probe file's text_sources holds no mutual k-NN gaps: "
-                           "`dvc repro probe`"}
+    if not isinstance(ts.get("k"), int):
+        return {"not_run": "the probe file's text_sources does not record its mutual k-NN's k "
+                           "(written before it did): `dvc repro probe`"}
+    k = ts["k"]
+    mknn = names.mknn(k)
     out_rows = []
     for source in ts["sources"]:
         good, bad = rows[source, "good"], rows[source, "bad"]
@@ -373,7 +376,8 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
                                  (("good", good), ("bad", bad), ("ratio", ratio))}}
              for label, good, bad, ratio in TABLE7_PAIRS
              if all(c in registry for c in (good, bad, ratio))]
-    return {"not_run": None, "rows": out_rows, "differences": differences, "mknn": mknn,
+    return {"not_run": None, "rows": out_rows, "differences": differences,
+            "r1": names.label("r_at_1", k), "mknn_label": names.label(mknn, k),
             "seed": ts["seed"], "epochs": ts["epochs"], "lamb": ts["lamb"],
             "main_epochs": probe.get("main_epochs"), "world": world is not None, "paper": paper,
             "leak": world.captioner_leak if world is not None else 0.0}

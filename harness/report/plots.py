@@ -81,10 +81,11 @@ def _note(ax: plt.Axes, text: str) -> None:
     ax.set_xticks([])
 
 
-def seed_dots(per_arm: Mapping[str, Mapping[str, float]], metric: str,
+def seed_dots(per_arm: Mapping[str, Mapping[str, float]], axis: str,
               means: Mapping[str, float], outliers: Mapping[str, Sequence[str]]) -> str:
     """One row of dots per arm (one dot per seed, labelled), a bar at the seed mean and
-    outlier seeds drawn as open red circles. `per_arm[arm][seed] = value`."""
+    outlier seeds drawn as open red circles; `axis` names the metric. `per_arm[arm][seed] =
+    value`."""
     arms = list(per_arm)
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(6.0, 0.45 * len(arms) + 0.8))
@@ -100,15 +101,15 @@ def seed_dots(per_arm: Mapping[str, Mapping[str, float]], metric: str,
                 ax.plot([means[arm]] * 2, [y - 0.3, y + 0.3], "-", color="black", lw=1.2)
         ax.set_yticks(range(len(arms)), list(reversed(arms)))
         ax.set_ylim(-0.6, len(arms) - 0.4)
-        ax.set_xlabel(f"{metric} per seed (bar: seed mean; open red: outlier seed)")
+        ax.set_xlabel(f"{axis} per seed (bar: seed mean; open red: outlier seed)")
         ax.grid(axis="x", lw=0.3)
         return _to_svg(fig)
 
 
 def epoch_curves(curves: Mapping[str, Sequence[Mapping[str, float]]], key: str,
-                 best: Mapping[str, Mapping[str, float]]) -> str:
-    """`curves[label]` is a run's per-epoch records; plots `key` against epoch and marks the
-    best epoch (triangle) and the last epoch (square) of each run."""
+                 best: Mapping[str, Mapping[str, float]], axis: str) -> str:
+    """`curves[label]` is a run's per-epoch records; plots `key` (labelled `axis`) against epoch
+    and marks the best epoch (triangle) and the last epoch (square) of each run."""
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(5.4, 2.6))
         for i, (label, rows) in enumerate(curves.items()):
@@ -122,21 +123,22 @@ def epoch_curves(curves: Mapping[str, Sequence[Mapping[str, float]]], key: str,
                 ax.plot([best[label]["epoch"]], [best[label]["value"]], "^", color=colour, ms=6)
             ax.plot([pts[-1][0]], [pts[-1][1]], "s", color=colour, ms=5)
         ax.set_xlabel("epoch (counted from 1; triangle: best epoch, square: last epoch)")
-        ax.set_ylabel(key)
+        ax.set_ylabel(axis)
         ax.grid(lw=0.3)
         _legend(ax)
         return _to_svg(fig)
 
 
-def fit_size_curves(curves: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
-    """Test R@1 against the number of pairs the map was fitted on, one line per run."""
+def fit_size_curves(curves: Mapping[str, Sequence[Mapping[str, float]]], axis: str) -> str:
+    """Test R@1 (labelled `axis`) against the number of pairs the map was fitted on, one line
+    per run."""
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(5.4, 2.6))
         for i, (label, rows) in enumerate(curves.items()):
             ax.plot([r["n_fit"] for r in rows], [r["r_at_1"] for r in rows], marker="o", ms=3,
                     lw=1.2, label=label, **_style(label, i))
         ax.set_xlabel("pairs the map is fitted on (n_fit)")
-        ax.set_ylabel("test r_at_1")
+        ax.set_ylabel(axis)
         ax.grid(lw=0.3)
         _legend(ax)
         return _to_svg(fig)
@@ -174,7 +176,7 @@ def pool_size_curves(panels: Mapping[str, Mapping]) -> str:
         return _to_svg(fig)
 
 
-def shake_row(subplots: Sequence[Mapping], key: str, arm: str, metric: str,
+def shake_row(subplots: Sequence[Mapping], key: str, arm: str, axis: str,
               paper: Mapping | None, chance: float | None) -> str:
     """One headline number against what may move it: a row of small plots sharing the y axis,
     with the paper's value (solid purple, labelled with its data set) and chance (dashed red)
@@ -216,7 +218,7 @@ def shake_row(subplots: Sequence[Mapping], key: str, arm: str, metric: str,
             if sub.get("log_x"):
                 _log_x(ax, [x for s in sub["series"] for x in s["x"]])
             ax.grid(lw=0.3)
-        axes[0].set_ylabel(f"{arm} {metric}", fontsize=7)
+        axes[0].set_ylabel(f"{arm} {axis}", fontsize=7)
         handles, labels = axes[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=6.5,

@@ -28,8 +28,6 @@ JUDGED = ("Each claim is judged on the runs trained as it says (arm, texts, imag
           "seeds and no verdict is a reproduction. The reach above is one seed's point "
           "comparison")
 WEB_TEXT_RULE = "web_text"  # the registry's rule for these claims (harness.audit.web_text)
-# benchmark -> its name and the metric scored on it (at the recap's k; labels: the metric table)
-BENCHMARKS = {"wit1024": ("WIT-1024", names.mknn), "flickr30k": ("Flickr30k", lambda k: "r_at_1")}
 
 
 def scale(images: int, samples: int) -> str:
@@ -134,8 +132,8 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
                        "shards": len(summary["shards_read"])},
             "paraphrase": paraphrase, "arms": arms, "paper_units": PAPER_UNITS,
             "texts_ratio": texts_ratio,
-            "benchmarks": [f"{BENCHMARKS[b][0]} {names.label(BENCHMARKS[b][1](k), k)}"
-                           for b in benchmarks],
+            "benchmarks": [f"{title} {names.label(at(k), k)}" for title, at in
+                           (names.WEB_TEXT_BENCHMARKS[b] for b in benchmarks)],
             "flickr_scored": "flickr30k" in benchmarks,
             "reaches": reaches, "scored": scores.get("wit1024"),
             "not_scored": None if benchmarks else NOT_SCORED, "judged": JUDGED,

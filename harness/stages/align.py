@@ -16,6 +16,7 @@ from harness.records.armtrain import read_arm_train
 from harness.records.runfile import run_name
 from harness.records.schemas import RUN
 from harness.stages.common import add_run_args, fail, stage_parser
+from prh.config import CURVE_FIT, CURVE_TEST
 from prh.io import ContractError, load_embeddings, read_json, write_json
 from prh.pairfree import PairFreeConfig, score_pairfree
 
@@ -173,7 +174,7 @@ def write_outputs(args: argparse.Namespace, inp: Inputs, scored: dict[str, Any])
         write_json(args.metrics, run_metrics(scored["metrics"], inp.ev.k))
     if args.plots is not None:
         write_json(args.plots / "epochs.json",
-                   curve_rows(curve, ("epoch", "r_at_1_test", "r_at_1_fit")))
+                   curve_rows(curve, ("epoch", CURVE_TEST, CURVE_FIT)))
         write_json(args.plots / "fit_size.json",
                    curve_rows(scored["fit_size_curve"], ("n_fit", "r_at_1")))
 

@@ -14,6 +14,18 @@ from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, atomic_dir, save_embeddings
 
 
+def image_model(params: Any, cfg: Any, raw: Path) -> tuple[Any, str]:
+    """The DINOv2 and its device, built before any output (a bad state dict fails here); no
+    model for the world's CNN, which embeds on the CPU."""
+    from prh import image
+
+    if cfg.encoder == "world_cnn":
+        return None, "cpu"
+    device = embed_device(params)
+    return image.build_dinov2(weights_path(params.sections["image"], raw),
+                              img_size=cfg.image_size), device
+
+
 def main(argv: list[str]) -> int:
     """Embed the val, test and train photos of --raw (dataset.json, images/) into
     --out/{val,test,train}.npz, and the first half of the train photos (the pair-free image
@@ -38,15 +50,12 @@ def main(argv: list[str]) -> int:
         images, cache = args.raw / "images", dvc_cache_dir()
         train = corpus.split("train")
         splits = {"val": corpus.split("val"), "test": corpus.split("test"), "train": train}
-        pool, model, device = pairfree_halves(train)[0], None, "cpu"
+        pool = pairfree_halves(train)[0]
         image.check_images_exist(photo_paths([p for ps in splits.values() for p in ps], images,
                                              cache),
                                  f"put the data set's photos in {images} (the file names "
                                  f"dataset.json lists), or regenerate it with `dvc repro`")
-        if cfg.encoder != "world_cnn":  # a bad state dict fails here, before any output
-            device = embed_device(params)
-            model = image.build_dinov2(weights_path(params.sections["image"], args.raw),
-                                       img_size=cfg.image_size)
+        model, device = image_model(params, cfg, args.raw)
     except ContractError as e:
         return fail(e)
     with atomic_dir(args.out) as tmp:

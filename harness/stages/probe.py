@@ -212,7 +212,8 @@ def run_probes(inp: ProbeInputs) -> dict[str, Any]:
                         "torch": torch.__version__, "max_abs_diff": diffs,
                         "bit_identical": max(diffs.values()) == 0.0},
         "text_sources": None if not inp.texts else {
-            "sources": list(inp.texts), "seed": probe.seed, "epochs": probe.source_epochs,
+            "sources": list(inp.texts), "k": k, "seed": probe.seed,
+            "epochs": probe.source_epochs,
             "lamb": {a: inp.configs[a].lamb for a in ("good", "bad")},
             "rows": [{"source": s, "arm": a, **{m: by_source[s, a]["scores"][m] for m in shown}}
                      for s in inp.texts for a in ("good", "bad")],

@@ -50,12 +50,12 @@ def read_inputs(args: Any) -> tuple[Any, ...]:
     from harness.config.recap import read_section, runs_of
     from harness.records.runfile import run_name
     from harness.records.schemas import (
-        AUDIT,
         RECAP_PARAPHRASE,
         RECAP_RUN,
         RECAP_SCORES,
         RECAP_SUBSET,
     )
+    from harness.records.verdicts import AUDIT
 
     names = [run_name(arm, seed) for arm, seed in runs_of(read_section(args.params))]
     summary = RECAP_SUBSET.check(read_json(args.subset / "summary.json"),

@@ -17,6 +17,7 @@ import numpy as np
 
 from harness.records.runfile import run_name
 from harness.stages.common import add_run_args, fail, preflight, stage_parser
+from prh.config import CURVE_FIT, CURVE_TEST
 from prh.data import data_hash, eval_captions
 from prh.io import (
     ContractError,
@@ -49,7 +50,7 @@ def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any
     def hook(epoch: int, encode) -> dict[str, float]:
         r1_test, r1_fit = fit_and_recall(img_fit, encode(fit_texts), img_test,
                                          encode(test_texts))
-        return {"r_at_1_test": float(r1_test), "r_at_1_fit": float(r1_fit)}
+        return {CURVE_TEST: float(r1_test), CURVE_FIT: float(r1_fit)}
 
     return hook
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.stats.estimators import seed_spread
+from prh.config import CURVE_TEST
 
 # what each entry is, in words (results.json carries them beside the numbers)
 ENTRIES = {
@@ -33,22 +34,22 @@ CHOSEN_AMONG = ("peak", "early_stop")  # entries chosen among the evaluated epoc
 
 
 def _point(record: Mapping[str, Any]) -> dict[str, float]:
-    return {"epoch": int(record["epoch"]), "r_at_1": float(record["r_at_1_test"])}
+    return {"epoch": int(record["epoch"]), "r_at_1": float(record[CURVE_TEST])}
 
 
 def run_curve(curve: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One run's curve-derived numbers (module docstring). A tie for the peak or the lowest
     loss goes to the earlier epoch; `epoch1` is left out when epoch 1 was not evaluated (a run
     from before epoch 1 was) and the loss entries when the curve has no `val_loss`."""
-    evaluated = [r for r in curve if r.get("r_at_1_test") is not None]
+    evaluated = [r for r in curve if r.get(CURVE_TEST) is not None]
     if not evaluated:
-        raise ValueError("the curve has no evaluated epoch (no r_at_1_test); rerun its train "
+        raise ValueError(f"the curve has no evaluated epoch (no {CURVE_TEST}); rerun its train "
                          "stage")
     epochs = [int(r["epoch"]) for r in evaluated]
     out: dict[str, Any] = {"evaluated_epochs": epochs}
     if epochs[0] == 1:
         out["epoch1"] = _point(evaluated[0])
-    out["peak"] = _point(max(evaluated, key=lambda r: r["r_at_1_test"]))
+    out["peak"] = _point(max(evaluated, key=lambda r: r[CURVE_TEST]))
     out["last"] = _point(evaluated[-1])
     losses = [r for r in curve if r.get("val_loss") is not None]
     if losses:
