@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.audit.claims import RULE_NAMES, AuditError, load_registry, parse_full_registry
-from harness.audit.gate import check_params_hash, gate, parse_fail_on, ungated
+from harness.audit.gate import check_params_hash, gate, load_baseline, parse_fail_on, ungated
 from harness.audit.judge import SAME, arithmetic_checks, audit
 from harness.audit.rules import RULES, Context
 from harness.config.margins import MarginError, load_margins
@@ -490,6 +490,35 @@ def test_run_reaches_the_gate_after_the_pipeline(tmp_path: Path, monkeypatch: py
     assert (f"run: gate: changed: {first['id']}: not rerun -> {first['verdict']}"
             in capsys.readouterr().err)
     assert len(calls) == 3
+
+
+def test_a_baseline_at_a_revision_this_code_cannot_read_names_another_revision(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--baseline rev:REV` whose committed audit predates a field the readers need: rerunning
+    the audit here would not mend that revision, so the refusal says to name another (or to
+    rerun the audit there); the same audit with the field is read back whole."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> None:
+        subprocess.run(args, check=True, capture_output=True)
+
+    doc = json.loads(json.dumps(run_small()))
+    summary = doc.pop("summary")
+    monkeypatch.chdir(tmp_path)
+    run("git", "init", "-q")
+    run(str(Path(sys.executable).parent / "dvc"), "init", "-q")
+    (tmp_path / "reports").mkdir()
+    for message in ("an audit from before summary", "the audit now"):
+        (tmp_path / "reports/audit.json").write_text(json.dumps(doc))
+        run("git", "add", "-A")
+        run("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+        doc["summary"] = summary
+    with pytest.raises(AuditError, match=r"^reports/audit.json@HEAD~1: summary: missing, an audit "
+                                         r"this code does not read; name another revision, or "
+                                         r"rerun the audit there and commit it$"):
+        load_baseline("rev:HEAD~1")
+    assert load_baseline("rev:HEAD") == doc
 
 
 def test_harness_audit_alone_reads_the_files_the_pipeline_stage_reads() -> None:

@@ -43,11 +43,16 @@ class Schema:
     def check(self, doc: Any, where: str, stage: str | None = None) -> dict[str, Any]:
         """`doc` when it is a mapping stamped with this schema; else ContractError naming
         `where` and the stage to rerun (`stage`, default this format's own)."""
-        found = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
-        problem = self.problem(found) or shape_problem(doc, self.shape, "")
+        problem = self.unreadable(doc)
         if problem:
             raise ContractError(f"{where}: {problem}; rerun `dvc repro {stage or self.stage}`")
         return dict(doc)
+
+    def unreadable(self, doc: Any) -> str | None:
+        """What keeps this code from reading `doc` (another format or version, a field its
+        readers need missing or mistyped), or None; `check` without the fix."""
+        found = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
+        return self.problem(found) or shape_problem(doc, self.shape, "")
 
 
 NUMBER = "number"  # an int or a float (JSON's number), never a bool
