@@ -16,18 +16,21 @@ Run: `.venv/bin/python bench/pairfree.py [--sizes 1000 2000 14500] [--clusters 3
   ViT-B/14's, 384-wide texts as BERT-S's), measured end to end: its wall time, the rounds run,
   and its FOSCTTM and R@1 on 1,000 held-out pairs;
 - with `--solvers` (needs the `lap` package, in the test extra): scipy's
-  `linear_sum_assignment`, the fit's solver, against lap's Jonker-Volgenant `lapjv`
-  (`lapjv_max` below; measured and not adopted, docs/sources.md), on square blocks of
-  `--solver-sizes` rows (default 2,000, 5,000 and the benchmark's b = 10,000) of three kinds of
-  scores: uniform random in [-1, 1]; near-permutation (cosines of 64-wide unit rows against a
-  shuffled copy with small noise, as in a late round of a fit whose pools share their items);
-  clustered (the planted pools of `other_items` above, 768 -> 384 wide, disjoint items, scored
-  at the planted map, as in a late round of Table 4's setting; only up to `--clustered-max`
-  rows, default 5,000, as one 10,000 block takes the two solvers about 110 s together). Per
-  block: each solver's median wall time over up to `--repeats` runs (fewer once a block has
-  used `--budget` seconds), the ratio scipy / lapjv (above 1: lapjv faster), the gap between
-  the two optima and whether the pairs agree; and the CPU share the process got (a loaded
-  machine reads as a slow solver). About 2 minutes on two cores at the defaults;
+  `linear_sum_assignment` on the scores (the benchmark's `hungarian_matching`), the same on
+  `prh.pairfree.reduced_costs` (the fit's: the Hungarian row and column reduction first), and
+  lap's Jonker-Volgenant `lapjv` (`lapjv_max` below; measured and not adopted,
+  docs/sources.md), on square blocks of `--solver-sizes` rows (default 2,000, 5,000 and the
+  benchmark's b = 10,000) of three kinds of scores: uniform random in [-1, 1];
+  near-permutation (cosines of 64-wide unit rows against a shuffled copy with small noise, as
+  in a late round of a fit whose pools share their items); clustered (the planted pools of
+  `other_items` above, 768 -> 384 wide, disjoint items, scored at the planted map, as in a
+  late round of Table 4's setting; only up to `--clustered-max` rows, default 5,000, as one
+  10,000 block takes the three solvers about 2 minutes together). Per block: each solver's
+  median wall time over up to `--repeats` runs (fewer once a block has used `--budget`
+  seconds), its ratio to scipy's on the scores (above 1: faster than the benchmark's), the gap
+  between the two optima on the scores and whether the pairs agree; and the CPU share the
+  process got (a loaded machine reads as a slow solver). About 3 minutes on two cores at the
+  defaults;
 - with `--against PATH` (a checkout of dominik-schnaus/unpaired-rosetta, which this project does
   not ship; it needs torch): one whole fit by prh.pairfree and one by the benchmark's own
   `WassersteinProcrustes` on the same pools (`--whole` rows a side, 12,000 by default, so the
@@ -84,7 +87,7 @@ def main() -> int:
     ap.add_argument("--whole", type=int, default=0, help="rows a side of one whole fit (0: none)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--solvers", action="store_true",
-                    help="time scipy against lapjv only (pip install lap)")
+                    help="time the assignment solvers only (pip install lap)")
     ap.add_argument("--solver-sizes", type=int, nargs="*", default=[2000, 5000, 10000])
     ap.add_argument("--clustered-max", type=int, default=5000,
                     help="largest block of the clustered kind (its 10,000 takes ~110 s)")
@@ -262,24 +265,29 @@ def solvers(a: argparse.Namespace) -> int:
 def _solvers(a: argparse.Namespace) -> int:
     from scipy.optimize import linear_sum_assignment
 
-    solve = {"scipy": lambda s: linear_sum_assignment(s, maximize=True), "lapjv": lapjv_max}
+    solve = {"scipy": lambda s: linear_sum_assignment(s, maximize=True),  # the benchmark's
+             "reduced": lambda s: linear_sum_assignment(pairfree.reduced_costs(s)),  # the fit's
+             "lapjv": lapjv_max}
     for f in solve.values():  # imports out of the timings
         f(np.eye(3))
     solve_wall = solve_cpu = 0.0
-    print(f"assignment solvers (scipy linear_sum_assignment, lap lapjv), median wall s over up to "
-          f"{a.repeats} runs (fewer past {a.budget:g} s a block); ratio = scipy / lapjv:")
-    print(f"{'rows':>7} {'scores':>10} {'scipy s':>9} {'lapjv s':>9} {'ratio':>6} "
-          f"{'optima gap':>11} {'same pairs':>10}")
+    print(f"assignment solvers, median wall s over up to {a.repeats} runs (fewer past "
+          f"{a.budget:g} s a block): scipy = linear_sum_assignment on the scores (the "
+          "benchmark's), reduced = the same on prh.pairfree.reduced_costs (the fit's), lapjv = "
+          "lap's; ratio = scipy's time / the solver's (above 1: faster than the benchmark's); "
+          "gap = scipy's optimum - the solver's, on the scores")
+    print(f"{'rows':>7} {'scores':>10} {'scipy s':>8} " + " ".join(
+        f"{name + ' s':>9} {'ratio':>6} {'gap':>8} {'same':>5}" for name in list(solve)[1:]))
     for n in a.solver_sizes:
         for kind in ("random", "near", "clustered"):
             if kind == "clustered" and n > a.clustered_max:
                 continue
             s = solver_scores(kind, n, seed=n)
-            times: dict[str, list[float]] = {"scipy": [], "lapjv": []}
+            times: dict[str, list[float]] = {name: [] for name in solve}
             cols: dict[str, np.ndarray] = {}
             spent = 0.0
             while len(times["scipy"]) < a.repeats and spent < a.budget:
-                for name in times:  # alternated, so a load change hits both
+                for name in times:  # alternated, so a load change hits all
                     cpu = time.process_time()
                     (_, c), t = timed(solve[name], s)
                     solve_cpu += time.process_time() - cpu
@@ -289,13 +297,15 @@ def _solvers(a: argparse.Namespace) -> int:
                     spent += t
             obj = {name: float(s[np.arange(n), c].sum()) for name, c in cols.items()}
             med = {name: float(np.median(t)) for name, t in times.items()}
-            print(f"{n:>7} {kind:>10} {med['scipy']:>9.3f} {med['lapjv']:>9.3f} "
-                  f"{med['scipy'] / med['lapjv']:>6.2f} {obj['scipy'] - obj['lapjv']:>11.1e} "
-                  f"{str(bool((cols['scipy'] == cols['lapjv']).all())):>10}"
-                  f"   ({len(times['scipy'])} runs)", flush=True)
+            print(f"{n:>7} {kind:>10} {med['scipy']:>8.3f} " + " ".join(
+                f"{med[name]:>9.3f} {med['scipy'] / med[name]:>6.2f} "
+                f"{obj['scipy'] - obj[name]:>8.1e} "
+                f"{'yes' if (cols['scipy'] == cols[name]).all() else 'no':>5}"
+                for name in list(solve)[1:]) + f"   ({len(times['scipy'])} runs)", flush=True)
     print(f"the solvers (one thread each) kept {solve_cpu / solve_wall:.2f} of a core over their "
           f"{solve_wall:.0f} s (below 1: the machine was busy, the times above inflated)")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -122,6 +122,28 @@ def reduce_texts(emb: np.ndarray, counts: Sequence[int]) -> np.ndarray:
                                                                            strict=True)]))
 
 
+# How Table 4's aligner gets its rows: "benchmark", as unpaired-rosetta's `load_rows` prepares
+# its stored embeddings (every image row unit length; an item's texts by `reduce_texts`);
+# "first-caption", each item's first text and the image rows as embedded (`item_rows`)
+PAIRFREE_INPUTS = ("benchmark", "first-caption")
+
+
+def item_rows(img: np.ndarray, txt: np.ndarray, counts: Sequence[int], inputs: str
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(image rows, one text row per item) as `inputs` (PAIRFREE_INPUTS) prepares them: img
+    [n, dx] one row per item, txt [sum(counts), dy] each item's texts in order, its first
+    text first."""
+    if inputs not in PAIRFREE_INPUTS:
+        raise ValueError(f"inputs {inputs!r}: choose one of {list(PAIRFREE_INPUTS)}")
+    if len(counts) != len(img):
+        raise ValueError(f"{len(img)} image rows for {len(counts)} items")
+    if inputs == "benchmark":
+        return unit_or_zero(np.asarray(img, dtype=np.float64)), reduce_texts(txt, counts)
+    if any(c < 1 for c in counts) or sum(counts) != len(txt):
+        raise ValueError(f"{len(txt)} text rows for items of {list(counts)[:5]}... texts")
+    return np.asarray(img), np.asarray(txt)[np.cumsum(counts) - np.asarray(counts)]
+
+
 def fit_and_recall(fit_img: np.ndarray, fit_txt: np.ndarray, test_img: np.ndarray,
                    test_txt: np.ndarray) -> tuple[float, float]:
     """(R@1 on test rows, R@1 on fit rows) of the map fitted on fit rows: per-epoch curves."""

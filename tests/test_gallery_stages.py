@@ -37,8 +37,9 @@ def test_train_embeds_every_test_caption_and_the_last_train_photos(repo):
     one_ids, one, _ = load_embeddings(repo / "runs/text/good-s0/test.npz")
     np.testing.assert_allclose(emb[::5], one, atol=1e-5)  # caption 0 is the protocol's
     pool_ids, pool, _ = load_embeddings(repo / "runs/text/good-s0/pool_texts.npz")
-    assert pool_ids.tolist() == [p.id for p in train[-60:]] and pool.shape[0] == 60
-    assert not set(pool_ids) & {p.id for p in train[:60]}  # the image pool's photos
+    assert pool_ids.tolist() == [f"{p.id}:{j}" for p in train[-60:] for j in range(5)]
+    assert pool.shape[0] == 300  # every caption: the align stage prepares the pool's rows
+    assert not {i.rpartition(":")[0] for i in pool_ids} & {p.id for p in train[:60]}
 
 
 @pytest.mark.slow

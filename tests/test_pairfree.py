@@ -202,6 +202,49 @@ def test_batches_smaller_than_the_pools_match_block_by_block():
     assert ((r // 400) == (c // 400)).all()  # every pair inside its block
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2**31), st.integers(1, 4))
+def test_the_reduced_costs_keep_the_best_assignment_by_brute_force(n, m, seed, top):
+    """Small integer scores (exact in float64, so every subtraction is exact; ties common):
+    the solver on `reduced_costs` finds the largest total that any one-to-one assignment of
+    min(n, m) pairs reaches, found by trying them all, square or not. Taking a constant off a
+    line that some assignments leave out (a column of a wide block) would change the optimum:
+    the rectangular cases are what this checks."""
+    from scipy.optimize import linear_sum_assignment
+
+    s = np.random.default_rng(seed).integers(-top, top + 1, (n, m)).astype(np.float64)
+    best = max(sum(s[i, j] for i, j in zip(rows, cols, strict=True))
+               for rows in itertools.permutations(range(n), min(n, m))
+               for cols in itertools.permutations(range(m), min(n, m)) if list(rows) ==
+               sorted(rows))
+    cost = pairfree.reduced_costs(s)
+    assert cost.min() >= 0
+    r, c = linear_sum_assignment(cost)
+    assert len(r) == min(n, m) and s[r, c].sum() == best
+
+
+def test_the_reduced_costs_match_the_benchmarks_optimum_on_a_fits_scores():
+    """Scores as a fit makes them (float32 products of unit rows, 300 x 300 and a 300 x 420
+    block): the pairs' total on the scores is the plain solver's within 16 n eps max|s|.
+    Error analysis: each reduced cost is off by at most 4 eps max|s| (two subtractions of
+    numbers at most 2 max|s|), so the totals of two assignments of n pairs are ranked right
+    unless within 8 n eps max|s|; as much again for either solver's own sums."""
+    from scipy.optimize import linear_sum_assignment
+
+    rng = np.random.default_rng(3)
+    q = align.unit_or_zero(rng.standard_normal((300, 24))).astype(np.float32)
+    for k in (q[rng.permutation(300)] + np.float32(.2) * rng.standard_normal((300, 24)).astype(
+            np.float32), rng.standard_normal((420, 24)).astype(np.float32)):
+        s = (q @ k.T).astype(np.float64)
+        kept = s.copy()
+        r0, c0 = linear_sum_assignment(s, maximize=True)
+        r, c = linear_sum_assignment(pairfree.reduced_costs(s))
+        np.testing.assert_array_equal(s, kept)  # the caller's scores: a copy is reduced
+        bound = 16 * len(r) * np.finfo(np.float64).eps * np.abs(s).max()
+        assert abs(s[r0, c0].sum() - s[r, c].sum()) <= bound
+    np.testing.assert_array_equal(pairfree.hungarian_blocks(q, q, 300)[1], np.arange(300))
+
+
 def test_bad_inputs_are_refused():
     x = np.random.default_rng(7).standard_normal((30, 4))
     with pytest.raises(ValueError, match="k-means needs at least eval.pairfree.clusters = 40"):

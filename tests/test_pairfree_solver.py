@@ -1,5 +1,6 @@
-"""bench/pairfree.py --solvers compares scipy's `linear_sum_assignment` (prh.pairfree's solver)
-with lap's `lapjv` through the bench's `lapjv_max`: that wrapper must reach scipy's optimum, and
+"""bench/pairfree.py --solvers compares scipy's `linear_sum_assignment` on the scores (the
+benchmark's solver; prh.pairfree's runs it on `reduced_costs`, tests/test_pairfree.py) with
+lap's `lapjv` through the bench's `lapjv_max`: that wrapper must reach scipy's optimum, and
 its pairs where the optimum is unique, or the bench's times compare different problems.
 
 Tolerance on the objective f(P) = sum_i s[i, P(i)], n pairs, |s| <= S, float64 (u = eps / 2):

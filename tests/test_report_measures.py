@@ -79,7 +79,8 @@ def with_measures(root: Path) -> Path:
             run = json.loads(path.read_text())
             run["pair_free"] = {"status": status, "r_at_1": r1[s], "foscttm": fos[s],
                                 "chance_r_at_1": 0.025, "chance_foscttm": 0.5,
-                                "n_pool_images": 500, "n_pool_texts": 500, "n_test": 40}
+                                "n_pool_images": 500, "n_pool_texts": 500, "n_test": 40,
+                                **({"inputs": "benchmark"} if arm == "good" else {})}
             path.write_text(json.dumps(run))
     (root / "results.json").write_text(json.dumps(results))
     return root
@@ -179,6 +180,9 @@ def test_pair_free_rows_and_the_paper_as_context(measured: tuple[Path, str]) -> 
     assert cells["pair_free.paper.pairfree_jepa_r1"] == "16.4%"
     assert cells["pair_free.paper.pairfree_chance"] == "0.1%"
     assert "on a different data set" in html
+    # how the rows were prepared, from the run files (one arm's predate the record)
+    assert cells["pair_free.inputs"] == \
+        "Rows prepared aseval.pairfree_inputs: benchmark and not recorded"
 
 
 def test_bit_identical_only_when_every_difference_is_zero(measured: tuple[Path, str],

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.config.margins import MarginError, load_margins
 from harness.records import names
+from prh.align import PAIRFREE_INPUTS
 from prh.config import ARMS, arm_section, dataclass_from_dict, did_you_mean
 from prh.io import ContractError, read_yaml
 from prh.pairfree import PairFreeConfig
@@ -51,6 +52,7 @@ class EvalConfig:
     gallery_draws: int = 5               # random pools per size below the whole split
     pairfree_pool: int = 0               # train photos per side of the pair-free pools (0: off)
     pairfree: PairFreeConfig = field(default_factory=PairFreeConfig)  # its aligner (prh.pairfree)
+    pairfree_inputs: str = "benchmark"   # how its rows are prepared (prh.align.item_rows)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -70,6 +72,9 @@ class EvalConfig:
         if 0 < self.pairfree_pool < self.pairfree.clusters:
             raise ValueError(f"pairfree_pool = {self.pairfree_pool} < pairfree.clusters = "
                              f"{self.pairfree.clusters}: k-means needs a row per cluster")
+        if self.pairfree_inputs not in PAIRFREE_INPUTS:
+            raise ValueError(f"pairfree_inputs = {self.pairfree_inputs!r}: choose one of "
+                             f"{list(PAIRFREE_INPUTS)}")
         if self.n_permutations != 0 and self.n_permutations < 19:  # prh.calibrate's minimum
             raise ValueError(f"n_permutations = {self.n_permutations}: use 0 (off) or at least "
                              "19, the fewest whose smallest p-value 1/(K+1) reaches .05")

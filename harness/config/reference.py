@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.params import WEB_TEXT, ParamsError, _unknown, load_params, read_top_level
+from prh.align import PAIRFREE_INPUTS
 from prh.calibrate import MIN_PERMUTATIONS
 from prh.features import DTYPES, PRECISIONS, PROTOCOLS
 from prh.io import ContractError, read_yaml
@@ -18,11 +19,9 @@ from prh.layers import CLIP_MODES, SCORE_PRECISIONS
 SECTION = "wit1024"
 FLICKR_SPLITS = ("train", "val", "test")  # the image stage's files the 30k-pair map reads
 FLICKR_KEYS = ("dataset", "image", "pairfree_seeds", "classes", "inputs")
-# Table 4's inputs: "benchmark" prepares them as unpaired-rosetta does (its DINOv2 rows: every
-# image squashed to S x S, the mean of the final-norm tokens; its load_rows: every row to unit
-# length, an item's captions each to unit length, averaged, to unit length again);
-# "first-caption" feeds each photo's first caption and the image stage's rows as embedded
-PAIRFREE_INPUTS = ("benchmark", "first-caption")
+# Table 4's inputs (prh.align.PAIRFREE_INPUTS): "benchmark" also embeds the images as
+# unpaired-rosetta's DINOv2 rows (every image squashed to S x S, the mean of the final-norm
+# tokens); "first-caption" reads the image stage's rows
 CLASS_SETS = ("in100", "cifar10", "cifar100")  # prh.classsets readers, prh.zeroshot.TOP_K
 PAIRFREE_PROFILE = "flickr30k"  # whose pools, aligner and image encoder Table 4's setting uses
 

@@ -128,8 +128,9 @@ def section_captions(results: Mapping) -> dict:
 def section_pair_free(results: Mapping, runs: Sequence[Mapping],
                       registry: Mapping[str, Mapping]) -> dict:
     """Per arm: the seed spread of the pair-free scores (results.json arms.ARM.pair_free), each
-    seed's status from its run file, and the paired Procrustes R@1 of the same arm; the paper's
-    pair-free numbers from the registry, as context about other data."""
+    seed's status from its run file, and the paired Procrustes R@1 of the same arm; how the
+    runs prepared the rows (their `inputs`); the paper's pair-free numbers from the registry,
+    as context about other data."""
     fields = [f for m in PAIR_FREE_SCORES for f in (m, names.row(m).chance_at(names.PAPER_K))]
     labels = {**{f: names.label(f) for f in fields}, "r_at_1": names.label("pairfree_r_at_1"),
               "paired": names.label("r_at_1")}
@@ -146,8 +147,10 @@ def section_pair_free(results: Mapping, runs: Sequence[Mapping],
                      **{f: (pf or {}).get(f) or {} for f in fields},
                      **{k: pool.get(k) for k in ("n_pool_images", "n_pool_texts")}})
     context = [{"id": cid, **registry[cid]} for cid in PAIR_FREE_CONTEXT if cid in registry]
+    inputs = sorted({r["pair_free"].get("inputs") or "not recorded" for r in runs
+                     if r.get("pair_free")})
     return {"rows": rows, "fields": fields, "labels": labels, "run": any(r["run"] for r in rows),
-            "context": context}
+            "context": context, "inputs": " and ".join(inputs)}
 
 
 def paper_values(registry: Mapping[str, Mapping]) -> dict[tuple[str, str], dict]:

@@ -18,34 +18,54 @@ from harness.records.schemas import RUN
 from harness.stages.common import add_run_args, fail, stage_parser
 from prh.config import CURVE_FIT, CURVE_TEST
 from prh.io import ContractError, load_embeddings, read_json, write_json
-from prh.pairfree import PairFreeConfig, score_pairfree
+from prh.pairfree import score_pairfree
 
 
-def pair_free_scores(image_dir: Path, text_dir: Path, pool: int, cfg: PairFreeConfig,
-                     params_path: Path, ids_test: np.ndarray, img_test: np.ndarray,
-                     txt_test: np.ndarray, seed: int) -> dict[str, Any]:
-    """A map fitted on the first `pool` rows of the two unpaired pools (prh.pairfree), scored
-    on the test pairs; {} when `pool` is 0. ContractError for pools too small, sharing a photo
-    or holding a test photo."""
-    from prh.align import check_disjoint
+def pair_free_scores(image_dir: Path, text_dir: Path, ev: Any, params_path: Path,
+                     test: tuple[np.ndarray, np.ndarray, np.ndarray],
+                     test_captions: tuple[np.ndarray, np.ndarray], seed: int) -> dict[str, Any]:
+    """A map fitted on the first `ev.pairfree_pool` photos of the two unpaired pools
+    (prh.pairfree, aligner `ev.pairfree`), scored on the test pairs (ids, image rows, first
+    captions; and every test caption's row with its photo row), every side prepared by
+    `ev.pairfree_inputs` (prh.align.item_rows); {} when the pool is 0. ContractError for
+    pools too small, sharing a photo or holding a test photo."""
+    from prh.align import check_disjoint, item_rows
+    from prh.gallery import photo_index
 
+    pool = ev.pairfree_pool
     if pool == 0:
         return {}
     paths = (image_dir / "pool_images.npz", text_dir / "pool_texts.npz")
-    (ids_img, pool_img, _), (ids_txt, pool_txt, _) = map(load_embeddings, paths)
+    (ids_img, pool_img, _), (cap_ids, pool_txt, _) = map(load_embeddings, paths)
+    ids_txt = np.array(list(dict.fromkeys(str(i).rpartition(":")[0] for i in cap_ids)))
+    try:
+        if "" in ids_txt:
+            raise ValueError(f"row {next(str(i) for i in cap_ids if ':' not in str(i))!r} is no "
+                             "caption row (PHOTO_ID:J)")
+        counts = np.bincount(photo_index(cap_ids, ids_txt), minlength=len(ids_txt))
+    except ValueError as e:
+        raise ContractError(f"{paths[1]}: {e}; rerun `dvc repro` (the train stage writes every "
+                            "caption of the pool photos)") from e
     for path, ids in zip(paths, (ids_img, ids_txt), strict=True):
         if len(ids) < pool:
-            raise ContractError(f"{path}: {len(ids)} rows, eval.pairfree_pool asks for {pool}; "
-                                f"lower it in {params_path} (at most half the train photos)")
-        check_disjoint(ids, ids_test, str(path), str(image_dir / "test.npz"))
+            raise ContractError(f"{path}: {len(ids)} photos, eval.pairfree_pool asks for "
+                                f"{pool}; lower it in {params_path} (at most half the train "
+                                "photos)")
+        check_disjoint(ids, test[0], str(path), str(image_dir / "test.npz"))
     shared = sorted(set(map(str, ids_img[:pool])) & set(map(str, ids_txt[:pool])))
     if shared:
         raise ContractError(f"{paths[0]} and {paths[1]} share {len(shared)} photos, first "
                             f"{shared[:10]}: the pair-free pools must hold different photos; "
                             "rerun `dvc repro`")
+    how = ev.pairfree_inputs
+    pool_img, pool_txt = item_rows(pool_img[:pool], pool_txt[:counts[:pool].sum()],
+                                   counts[:pool], how)
+    test_img, test_txt = ((test[1], test[2]) if how == "first-caption" else
+                          item_rows(test[1], test_captions[0],
+                                    np.bincount(test_captions[1], minlength=len(test[0])), how))
     try:
-        return score_pairfree(pool_img[:pool], pool_txt[:pool], img_test, txt_test, seed=seed,
-                              cfg=cfg)
+        return {**score_pairfree(pool_img, pool_txt, test_img, test_txt, seed=seed,
+                                 cfg=ev.pairfree), "inputs": how}
     except ValueError as e:
         raise ContractError(f"{paths[0]} against {paths[1]}: {e}") from e
 
@@ -139,8 +159,8 @@ def score(args: argparse.Namespace, inp: Inputs) -> dict[str, Any]:
     except ValueError as e:
         raise ContractError(f"{captions} against {args.image / 'test.npz'}: {e}; rerun "
                             f"`dvc repro train@{args.arm}-{args.seed}`") from e
-    pair_free = pair_free_scores(args.image, args.text, ev.pairfree_pool, ev.pairfree,
-                                 args.params, ids_test, img_test, txt_test, args.seed)
+    pair_free = pair_free_scores(args.image, args.text, ev, args.params, inp.test,
+                                 (txt_all, photo), args.seed)
     scores.per_query["r_at_1_trainval_hit"], trainval = trainval_hits(
         args.image, args.text, img_fit, txt_fit, ids_test, img_test, txt_test)
     metrics: dict[str, Any] = {key: {"value": float(v)} for key, v in scores.metrics.items()}

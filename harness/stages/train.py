@@ -29,12 +29,6 @@ from prh.io import (
 )
 
 
-def rows_of(ids: list[str], photos: list[Any]) -> list[int]:
-    """The rows of `ids` holding `photos`, in the photos' order."""
-    index = {pid: i for i, pid in enumerate(ids)}
-    return [index[p.id] for p in photos]
-
-
 def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any]):
     """Per-epoch R@1 on the fit and test pairs (the rerun article's epoch curves)."""
     from prh.align import fit_and_recall
@@ -58,7 +52,9 @@ def make_eval_hook(image_dir: Path, photos_fit: list[Any], photos_test: list[Any
 def write_embeddings(out: Path, encode: Any, corpus: Any, meta: dict[str, Any]) -> None:
     """The run's text embeddings in `out`: the fit and test pairs' evaluation captions, every
     caption of the test photos (prh.gallery's rows), the evaluation caption of every train photo
-    (the train + val map's text side) and the last half of those (the pair-free pool)."""
+    (the train + val map's text side) and every caption of the last half of the train photos
+    (the pair-free pool, rows `caption_ids`: the align stage prepares them by
+    eval.pairfree_inputs)."""
     from prh.data import pairfree_halves
     from prh.gallery import caption_ids
 
@@ -73,8 +69,9 @@ def write_embeddings(out: Path, encode: Any, corpus: Any, meta: dict[str, Any]) 
     emb_train = encode(eval_captions(train))
     save_embeddings(out / "train_texts.npz", ids_train, emb_train, meta=meta)
     pool = pairfree_halves(train)[1]
-    save_embeddings(out / "pool_texts.npz", [p.id for p in pool],
-                    emb_train[rows_of(ids_train, pool)], meta=meta)
+    save_embeddings(out / "pool_texts.npz",
+                    caption_ids([p.id for p in pool], [len(p.captions) for p in pool]),
+                    encode([c for p in pool for c in p.captions]), meta=meta)
 
 
 @dataclass(frozen=True)
