@@ -109,13 +109,18 @@ def unit_or_zero(x: np.ndarray) -> np.ndarray:
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
 
+def _check_counts(n_rows: int, counts: Sequence[int]) -> None:
+    """ValueError unless `counts` (texts per item, each >= 1) add up to the n_rows text rows."""
+    if any(c < 1 for c in counts) or sum(counts) != n_rows:
+        raise ValueError(f"{n_rows} text rows for items of {list(counts)[:5]}... texts")
+
+
 def reduce_texts(emb: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     """One row per item from its texts' rows (`counts` texts per item, in order): each text's
     row to unit length, their mean, that to unit length (unpaired-rosetta `embeddings.
     reduce_texts`, which its `load_rows` applies to every stored file, one text an item
     included; it runs in the stored bfloat16, this in the rows' own precision)."""
-    if any(c < 1 for c in counts) or sum(counts) != len(emb):
-        raise ValueError(f"{len(emb)} text rows for items of {list(counts)[:5]}... texts")
+    _check_counts(len(emb), counts)
     u = unit_or_zero(np.asarray(emb, dtype=np.float64))
     ends = np.cumsum(counts)
     return unit_or_zero(np.stack([u[e - c:e].mean(axis=0) for e, c in zip(ends, counts,
@@ -137,10 +142,9 @@ def item_rows(img: np.ndarray, txt: np.ndarray, counts: Sequence[int], inputs: s
         raise ValueError(f"inputs {inputs!r}: choose one of {list(PAIRFREE_INPUTS)}")
     if len(counts) != len(img):
         raise ValueError(f"{len(img)} image rows for {len(counts)} items")
+    _check_counts(len(txt), counts)
     if inputs == "benchmark":
         return unit_or_zero(np.asarray(img, dtype=np.float64)), reduce_texts(txt, counts)
-    if any(c < 1 for c in counts) or sum(counts) != len(txt):
-        raise ValueError(f"{len(txt)} text rows for items of {list(counts)[:5]}... texts")
     return np.asarray(img), np.asarray(txt)[np.cumsum(counts) - np.asarray(counts)]
 
 

@@ -420,7 +420,7 @@ def pairfree_halves(train: Sequence[Photo]) -> tuple[list[Photo], list[Photo]]:
     and the captions of 15,000 others): the first half of the train split in dataset order
     gives the images, the last half the captions, so no photo is on both sides. Flickr30k's
     29,000 train photos give 14,500 a side. The align stage uses the first
-    `eval.pairfree_pool` rows of each side, so that knob never reruns an embedding stage."""
+    `eval.pairfree_pool` photos of each side, so that knob never reruns an embedding stage."""
     half = len(train) // 2
     return list(train[:half]), list(train[len(train) - half:])
 

@@ -16,15 +16,17 @@ is a `PairFreeConfig` default taken from there):
    M = the mean over restarts of (1/C) A^T P B, a dx x dy correspondence;
 3. read-out: both pools shuffled and cut into blocks of b rows, block i of X M matched to block
    i of Y by the Hungarian algorithm on the scores (X M) Y^T (float32 products as its torch
-   code computes them, solved in float64 by scipy `linear_sum_assignment`, as its
-   `hungarian_matching`); W = U V^T from the SVD of X_T^T Y_T on those pseudo-pairs
-   (orthogonal Procrustes, `prh.align.procrustes`);
+   code computes them, solved in float64 by scipy `linear_sum_assignment` as its
+   `hungarian_matching`, here on the reduced costs: `reduced_costs`); W = U V^T from the SVD
+   of X_T^T Y_T on those pseudo-pairs (orthogonal Procrustes, `prh.align.procrustes`);
 4. refinement, R rounds: b fresh random rows of each pool, Hungarian on (X_b W) Y_b^T, Procrustes.
    When both pools have at most b rows every round uses all rows, so a round whose matching
    equals the previous one is a fixed point (the same pairs give the same W, hence the same
    matching): the loop stops there, with the map R rounds would have reached.
 
-Differences from the benchmark, none in what is computed: the prepared rows, the CKA matching
+Differences from the benchmark, none in what is computed: the solver gets reduced costs
+(the same optimum; where several assignments tie for it, it may return another of them, so a
+fit can take another path, as a change of seed would); the prepared rows, the CKA matching
 and Procrustes in float64 (it fits in float32 torch; k-means and the score products, where a
 fit spends its arithmetic, are float32 here as there); one seeded numpy Generator instead
 of its seed derivation, so the same inputs and seed give the same map here but not its bit

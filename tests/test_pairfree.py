@@ -214,9 +214,8 @@ def test_the_reduced_costs_keep_the_best_assignment_by_brute_force(n, m, seed, t
 
     s = np.random.default_rng(seed).integers(-top, top + 1, (n, m)).astype(np.float64)
     best = max(sum(s[i, j] for i, j in zip(rows, cols, strict=True))
-               for rows in itertools.permutations(range(n), min(n, m))
-               for cols in itertools.permutations(range(m), min(n, m)) if list(rows) ==
-               sorted(rows))
+               for rows in itertools.combinations(range(n), min(n, m))
+               for cols in itertools.permutations(range(m), min(n, m)))
     cost = pairfree.reduced_costs(s)
     assert cost.min() >= 0
     r, c = linear_sum_assignment(cost)

@@ -22,20 +22,40 @@ def _ev(pool: int, inputs: str = "benchmark") -> EvalConfig:
     return EvalConfig(pairfree_pool=pool, pairfree=CFG, pairfree_inputs=inputs)
 
 
-def _pools(tmp_path, img_ids, txt_ids, width=4, seed=0, captions=3):
-    """The image stage's pool rows, the train stage's pool captions (`captions` a photo), and
+def counts_of(n: int) -> list[int]:
+    """Captions a photo, uneven (1, 2, 3, 1, 2, 3, ...): a slice or reshape that assumes one
+    count for all would pick other photos' rows."""
+    return [1 + i % 3 for i in range(n)]
+
+
+def _pools(tmp_path, img_ids, txt_ids, width=4, seed=0):
+    """The image stage's pool rows, the train stage's pool captions (`counts_of` a photo), and
     test pairs of 6 photos with their captions (ids, images, first captions; rows, photo)."""
     rng = np.random.default_rng(seed)
     (tmp_path / "image").mkdir()
     (tmp_path / "text").mkdir()
     save_embeddings(tmp_path / "image/pool_images.npz", img_ids,
                     rng.standard_normal((len(img_ids), width)).astype(np.float32))
-    save_embeddings(tmp_path / "text/pool_texts.npz",
-                    caption_ids(txt_ids, [captions] * len(txt_ids)),
-                    rng.standard_normal((captions * len(txt_ids), width)).astype(np.float32))
-    img_test, cap_test = rng.standard_normal((6, width)), rng.standard_normal((18, width))
-    test = (np.array([f"t{i}" for i in range(6)]), img_test, cap_test[::3])
-    return tmp_path / "image", tmp_path / "text", test, (cap_test, np.repeat(np.arange(6), 3))
+    counts = counts_of(len(txt_ids))
+    save_embeddings(tmp_path / "text/pool_texts.npz", caption_ids(txt_ids, counts),
+                    rng.standard_normal((sum(counts), width)).astype(np.float32))
+    photo = np.repeat(np.arange(6), counts_of(6))
+    img_test, cap_test = rng.standard_normal((6, width)), rng.standard_normal((len(photo), width))
+    test = (np.array([f"t{i}" for i in range(6)]), img_test, cap_test[starts(counts_of(6))])
+    return tmp_path / "image", tmp_path / "text", test, (cap_test, photo)
+
+
+def starts(counts: list[int]) -> np.ndarray:
+    return np.cumsum(counts) - np.asarray(counts)
+
+
+def by_hand(caps: np.ndarray, counts: list[int]) -> np.ndarray:
+    """Each photo's captions to unit length, their mean, to unit length (a loop)."""
+    out, at = [], 0
+    for c in counts:
+        out.append(unit(unit(caps[at:at + c]).mean(axis=0, keepdims=True))[0])
+        at += c
+    return np.array(out)
 
 
 def test_pool_zero_is_off_and_reads_nothing(tmp_path):
@@ -51,9 +71,9 @@ def unit(x):
 @pytest.mark.parametrize("inputs", ["benchmark", "first-caption"])
 def test_the_first_pool_photos_are_scored_against_the_test_pairs(tmp_path, inputs):
     """The stage's score is prh.pairfree's on rows prepared by hand: under "benchmark" every
-    image row unit length and each photo's three captions unit length, averaged, unit length
-    again (the benchmark's load_rows), the test pairs likewise; under "first-caption" each
-    photo's first caption and the rows as embedded. Only the first 30 photos of each pool."""
+    image row unit length and each photo's captions (1 to 3) unit length, averaged, unit
+    length again (the benchmark's load_rows), the test pairs likewise; under "first-caption"
+    each photo's first caption and the rows as embedded. Only the first 30 photos a pool."""
     image, text, test, test_caps = _pools(tmp_path, [f"a{i}" for i in range(40)],
                                           [f"b{i}" for i in range(40)])
     out = pair_free_scores(image, text, _ev(30, inputs), PARAMS, test, test_caps, 0)
@@ -61,12 +81,13 @@ def test_the_first_pool_photos_are_scored_against_the_test_pairs(tmp_path, input
     assert out["inputs"] == inputs and out["chance_r_at_1"] == pytest.approx(1 / 6)
     assert 1 <= out["rounds"] <= 5 and out["n_matches"] == 30 and 0 <= out["foscttm"] <= 1
     img = load_embeddings(image / "pool_images.npz")[1][:30].astype(np.float64)
-    caps = load_embeddings(text / "pool_texts.npz")[1][:90].astype(np.float64)
+    counts = counts_of(30)
+    caps = load_embeddings(text / "pool_texts.npz")[1][:sum(counts)].astype(np.float64)
     if inputs == "benchmark":
-        rows = (unit(img), unit(unit(caps).reshape(30, 3, -1).mean(axis=1)), unit(test[1]),
-                unit(unit(test_caps[0]).reshape(6, 3, -1).mean(axis=1)))
+        rows = (unit(img), by_hand(caps, counts), unit(test[1]),
+                by_hand(test_caps[0], counts_of(6)))
     else:
-        rows = (img, caps[::3], test[1], test[2])
+        rows = (img, caps[starts(counts)], test[1], test[2])
     want = score_pairfree(*rows, seed=0, cfg=CFG)
     assert {k: v for k, v in out.items() if k != "inputs"} == pytest.approx(want, abs=1e-12)
 

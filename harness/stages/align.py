@@ -58,12 +58,12 @@ def pair_free_scores(image_dir: Path, text_dir: Path, ev: Any, params_path: Path
                             f"{shared[:10]}: the pair-free pools must hold different photos; "
                             "rerun `dvc repro`")
     how = ev.pairfree_inputs
-    pool_img, pool_txt = item_rows(pool_img[:pool], pool_txt[:counts[:pool].sum()],
-                                   counts[:pool], how)
-    test_img, test_txt = ((test[1], test[2]) if how == "first-caption" else
-                          item_rows(test[1], test_captions[0],
-                                    np.bincount(test_captions[1], minlength=len(test[0])), how))
     try:
+        pool_img, pool_txt = item_rows(pool_img[:pool], pool_txt[:counts[:pool].sum()],
+                                       counts[:pool], how)
+        test_img, test_txt = ((test[1], test[2]) if how == "first-caption" else item_rows(
+            test[1], test_captions[0], np.bincount(test_captions[1], minlength=len(test[0])),
+            how))
         return {**score_pairfree(pool_img, pool_txt, test_img, test_txt, seed=seed,
                                  cfg=ev.pairfree), "inputs": how}
     except ValueError as e:

@@ -1,9 +1,9 @@
 """Stage `train@ARM-SEED`: train one text arm for one seed (tracked in MLflow, resumable from
 its work folder; the NTP arm logs its validation loss on the fit pairs' captions every
 epoch: one per val photo, so an epoch's loss costs one encoding of the fit split), then
-embed the fit and test captions, every caption of the test photos and the evaluation caption
-of every train photo (the train + val map's pairs; its last half is the text side of the
-pair-free pools)."""
+embed the fit and test captions, every caption of the test photos, the evaluation caption
+of every train photo (the train + val map's pairs) and every caption of the last half of the
+train photos (the text side of the pair-free pools)."""
 
 from __future__ import annotations
 
