@@ -514,7 +514,7 @@ def test_a_baseline_at_a_revision_this_code_cannot_read_names_another_revision(
         run("git", "add", "-A")
         run("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
         doc["summary"] = summary
-    with pytest.raises(AuditError, match=r"^reports/audit.json@HEAD~1: summary: missing, an audit "
+    with pytest.raises(AuditError, match=r"^reports/audit.json@HEAD~1: summary: missing; an audit "
                                          r"this code does not read; name another revision, or "
                                          r"rerun the audit there and commit it$"):
         load_baseline("rev:HEAD~1")

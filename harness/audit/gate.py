@@ -49,11 +49,9 @@ def load_baseline(spec: str, path: str = AUDIT_PATH) -> dict[str, Any]:
         doc = json.loads(raw)
     except ValueError as e:
         raise AuditError(f"{where}: not valid JSON; name another revision") from e
-    problem = AUDIT.unreadable(doc)  # a past revision's audit: rerunning here would not mend it
-    if problem:
-        raise AuditError(f"{where}: {problem}, an audit this code does not read; name another "
-                         "revision, or rerun the audit there and commit it")
-    return dict(doc)
+    # a past revision's audit: rerunning the audit here would not mend it
+    return AUDIT.check(doc, where, error=AuditError, fix="an audit this code does not read; "
+                       "name another revision, or rerun the audit there and commit it")
 
 
 def parse_fail_on(text: str) -> frozenset[str]:

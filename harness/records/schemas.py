@@ -40,12 +40,13 @@ class Schema:
             return f"version {version} of {self.name}, this code reads version {self.version}"
         return f"schema {found!r}, expected {str(self)!r}"
 
-    def check(self, doc: Any, where: str, stage: str | None = None) -> dict[str, Any]:
-        """`doc` when it is a mapping stamped with this schema; else ContractError naming
-        `where` and the stage to rerun (`stage`, default this format's own)."""
+    def check(self, doc: Any, where: str, stage: str | None = None, fix: str | None = None,
+              error: type[ContractError] = ContractError) -> dict[str, Any]:
+        """`doc` when it is a mapping stamped with this schema; else `error` naming `where` and
+        the fix: `fix`, or the stage to rerun (`stage`, default this format's own)."""
         problem = self.unreadable(doc)
         if problem:
-            raise ContractError(f"{where}: {problem}; rerun `dvc repro {stage or self.stage}`")
+            raise error(f"{where}: {problem}; {fix or f'rerun `dvc repro {stage or self.stage}`'}")
         return dict(doc)
 
     def unreadable(self, doc: Any) -> str | None:

@@ -232,8 +232,8 @@ def section_runs(runs: Sequence[Mapping]) -> dict:
                      "epochs": best_and_last(r.get("curve") or [])})
     curves = {r["label"]: r["curve"] for r in runs if r.get("curve")}
     fits = {r["label"]: r["fit_size_curve"] for r in runs if r.get("fit_size_curve")}
-    best = {label: {"epoch": v["epochs"]["best_epoch"], "value": v["epochs"]["best"]}
-            for label, v in ((row["label"], row) for row in rows) if v["epochs"]}
+    best = {row["label"]: {"epoch": row["epochs"]["best_epoch"], "value": row["epochs"]["best"]}
+            for row in rows if row["epochs"]}
     r1 = names.label("r_at_1", k)
     curve_svg = plots.epoch_curves(curves, CURVE_TEST, best, r1) if curves else None
     fit_svg = plots.fit_size_curves(fits, r1) if fits else None
