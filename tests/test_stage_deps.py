@@ -133,6 +133,33 @@ def test_editing_a_file_makes_dvc_status_name_exactly_the_stages_that_run_it(com
     assert expected, edited
 
 
+@pytest.mark.parametrize("key, value, probe", [("pairfree_inputs", "first-caption", False),
+                                                 ("n_resamples", "2000", True)])
+def test_an_eval_knob_reruns_the_probe_only_when_the_probe_reads_it(committed, key, value, probe):
+    """The probe reads eval's k, ci_level, n_resamples and bootstrap_seed (its paired
+    intervals) and lists only those: the pair-free inputs rerun the alignments, not its short
+    trainings; n_resamples reruns both."""
+    import re
+
+    source = (ROOT / "harness/stages/probe.py").read_text()
+    read = set(re.findall(r"\b(?:ev|eval_config\(\))\.(\w+)", source))
+    listed = {p.split(".")[-1] for p in read_dvc_yaml()["stages"]["probe"]["params"]
+              if ".eval." in p}
+    assert read == listed == {"k", "ci_level", "n_resamples", "bootstrap_seed"}, read
+    path = committed / "params.yaml"
+    original = path.read_text()
+    edited, n = re.subn(rf"^    {key}: \S+", f"    {key}: {value}", original, count=1,
+                        flags=re.M)  # the first: the world profile's eval section
+    assert n == 1 and edited != original, key
+    try:
+        path.write_text(edited)
+        after = stale(committed)
+        assert {f"align@{m}" for m in MATRIX} <= after and ("probe" in after) == probe, after
+    finally:
+        path.write_text(original)
+    assert stale(committed) == set()
+
+
 @pytest.mark.slow  # dvc repro of the trainings: .ci/run's pipeline section
 def test_a_sigreg_knob_reruns_the_jepa_arms_and_leaves_next_token(committed):
     """train@ARM and align@ARM read the train section through runs/config/ARM.json, which
