@@ -3,7 +3,8 @@
 One module-scoped run in a temporary git repository, shared by the tests below: it produces
 both reports and one finished MLflow run per (arm, seed); a second `dvc status` is clean; a
 training parameter change marks exactly the stages that depend on it; a queued experiment of
-it reruns only those, logging to the workspace's mlflow.db, and `harness diff` tells the
+the SIGReg weight reruns only the JEPA arms' stages and what follows, logging to the
+workspace's mlflow.db, and `harness diff` tells the
 committed results from the experiment's. All slow
 (`.ci/run`'s pipeline section): the main job alone takes two minutes, and one pytest process
 builds it once for every test that reads it.
@@ -90,29 +91,33 @@ def test_diff_two_seeds_of_one_arm_on_real_outputs(pipeline):
     assert gate.returncode == 0
 
 
-# a queued experiment: six trainings, six alignments, the probe and the report again: minutes
+# a queued experiment: four trainings, their alignments, the probe and the report again
 def test_a_queued_param_change_reruns_only_dependent_stages_logging_to_the_workspace(pipeline):
-    """`dvc exp run --queue` with world.train.lr doubled (a value every training reads) runs in a
-    temporary clone DVC deletes afterwards: it reruns every training and what follows, nothing
-    upstream; its trainings and the result runs it aggregates land in the workspace's
-    mlflow.db, FINISHED and tagged with the experiment's name and the commit it ran, none in
-    the clone; and `harness diff` across the two revisions names the lr and gates on R@1."""
+    """`dvc exp run --queue` with world.train.lamb doubled (the SIGReg weight, read by the two
+    JEPA arms only) runs in a temporary clone DVC deletes afterwards: it reruns their trainings
+    and what follows, nothing upstream and none of next-token's; its trainings and the result
+    runs it aggregates land in the workspace's mlflow.db, FINISHED and tagged with the
+    experiment's name and the commit it ran, none in the clone; and `harness diff` across the
+    two revisions names lamb and gates on R@1."""
     sh(pipeline, "git", "add", "-A")
     sh(pipeline, "git", "commit", "-qm", "results before the queued experiment")
-    lr = yaml.safe_load((pipeline / "params.yaml").read_text())["world"]["train"]["lr"] * 2
-    sh(pipeline, "dvc", "exp", "run", "--queue", "-S", f"world.train.lr={lr}", "-n", "lr2")
+    lamb = yaml.safe_load((pipeline / "params.yaml").read_text())["world"]["train"]["lamb"] * 2
+    sh(pipeline, "dvc", "exp", "run", "--queue", "-S", f"world.train.lamb={lamb}", "-n", "lamb2")
     sh(pipeline, "dvc", "exp", "run", "--run-all")  # exits 0 when the experiment fails, so:
-    assert "lr2" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
-    ran = ran_stages(sh(pipeline, "dvc", "queue", "logs", "lr2").stdout)
-    assert not ran & UPSTREAM
-    assert {"train@good-0", "train@ntp-1", "align@bad-1", "aggregate", "report"} <= ran
+    assert "lamb2" in sh(pipeline, "dvc", "exp", "list", "--name-only").stdout
+    ran = ran_stages(sh(pipeline, "dvc", "queue", "logs", "lamb2").stdout)
+    # config@ntp reruns (it reads world.train) and writes the same file, so nothing of ntp's
+    assert not ran & UPSTREAM and not {s for s in ran if s.startswith(("train@ntp",
+                                                                         "align@ntp"))}, ran
+    assert {"train@good-0", "train@bad-1", "align@bad-1", "aggregate", "report"} <= ran
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
                           "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
-    arms = ("bad", "good", "ntp")  # the retrained runs and the result runs it made
-    assert sorted(runs) == sorted([(f"{a}-s{s}", "FINISHED", "lr2") for a in arms for s in (0, 1)]
-                                  + [(f"{a} (seeds 0,1)", "FINISHED", "lr2") for a in arms]
-                                  + [("world results", "FINISHED", "lr2")])
+    # the retrained runs, and the result runs of the new params (every arm's, ntp's included)
+    assert sorted(runs) == sorted(
+        [(f"{a}-s{s}", "FINISHED", "lamb2") for a in ("bad", "good") for s in (0, 1)]
+        + [(f"{a} (seeds 0,1)", "FINISHED", "lamb2") for a in ("bad", "good", "ntp")]
+        + [("world results", "FINISHED", "lamb2")])
     head = sh(pipeline, "git", "rev-parse", "HEAD").stdout.strip()
     with sqlite3.connect(pipeline / "mlflow.db") as db:  # the commit it ran, its params applied
         state = set(db.execute("select t.key, t.value from runs r join tags t on t.run_uuid = "
@@ -122,11 +127,11 @@ def test_a_queued_param_change_reruns_only_dependent_stages_logging_to_the_works
                                "e.key = 'dvc_exp_name')"))
     assert state == {("git_commit", head), ("git_dirty", "True"), ("dvc_exp_baseline", head)}
     assert not list((pipeline / ".dvc/tmp/exps").rglob("mlflow.db"))
-    diff = json.loads(sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lr2", "--format", "json",
-                         "--n-resamples", "200").stdout)
-    assert "lr" in json.dumps(diff.get("params", diff))
-    assert diff["b"]["sources"][-1] == "runs/align/ntp-s1.json@lr2"
-    failing = sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lr2", "--fail-if", "r_at_1>-2",
+    diff = json.loads(sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lamb2", "--format",
+                         "json", "--n-resamples", "200").stdout)
+    assert "lamb" in json.dumps(diff.get("params", diff))
+    assert diff["b"]["sources"][-1] == "runs/align/ntp-s1.json@lamb2"
+    failing = sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lamb2", "--fail-if", "r_at_1>-2",
                  "--n-resamples", "200", check=False)
     assert failing.returncode == 1
 
