@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 import yaml
-from tiny_world import build_upstream, commit_all, copy_code, sh, tiny_params
+from tiny_world import ROOT, build_upstream, commit_all, copy_code, sh, tiny_params
 
 from harness.config.params import ProbeConfig
-from harness.stages.probe import run_differences, short_config
+from harness.stages.probe import probe_hash, run_differences, short_config
 from prh.train_config import TrainConfig
 
 
@@ -36,6 +36,22 @@ def test_one_changed_value_is_the_largest_difference_of_its_metric():
     assert diffs["curve.loss"] == pytest.approx(0.5, abs=0)
     assert diffs["weights"] == pytest.approx(1e-7, rel=1e-6)
     assert diffs["embeddings"] == 0.5 and diffs["final.r_at_1"] == 0.0
+
+
+@pytest.mark.parametrize("key, value, moves", [("pairfree_inputs", "first-caption", False),
+                                                ("gallery_draws", 2, False),
+                                                ("n_resamples", 2000, True), ("k", 5, True)])
+def test_the_probes_hash_moves_with_the_eval_keys_it_reads_only(tmp_path, key, value, moves):
+    """probe.json's params_hash covers the eval keys the probe reads (and its other sections),
+    as dvc.yaml reruns it: an eval knob it does not read leaves the hash as it is."""
+    from harness.config.params import load_params
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(raw))
+    raw["world"]["eval"][key] = value
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(raw))
+    a, b = (probe_hash(load_params(tmp_path / f)) for f in ("a.yaml", "b.yaml"))
+    assert (a != b) == moves
 
 
 def test_short_config_changes_only_epochs_warmup_eval_and_lambda():

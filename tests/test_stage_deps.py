@@ -141,11 +141,13 @@ def test_an_eval_knob_reruns_the_probe_only_when_the_probe_reads_it(committed, k
     trainings; n_resamples reruns both."""
     import re
 
+    from harness.stages.probe import PROBE_EVAL_KEYS
+
     source = (ROOT / "harness/stages/probe.py").read_text()
     read = set(re.findall(r"\b(?:ev|eval_config\(\))\.(\w+)", source))
-    listed = {p.split(".")[-1] for p in read_dvc_yaml()["stages"]["probe"]["params"]
-              if ".eval." in p}
-    assert read == listed == {"k", "ci_level", "n_resamples", "bootstrap_seed"}, read
+    listed = [p.split(".")[-1] for p in read_dvc_yaml()["stages"]["probe"]["params"]
+              if ".eval." in p]
+    assert read == set(listed) and listed == list(PROBE_EVAL_KEYS), (read, listed)
     path = committed / "params.yaml"
     original = path.read_text()
     edited, n = re.subn(rf"^    {key}: \S+", f"    {key}: {value}", original, count=1,

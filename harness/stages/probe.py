@@ -31,6 +31,19 @@ from harness.records.schemas import PROBE
 from harness.stages.common import fail, preflight, stage_parser
 from prh.io import ContractError, read_json, write_json
 
+# the eval keys the probe reads (its k, and its paired intervals' level, resamples and seed):
+# dvc.yaml's probe stage lists these as its params, and its params hash covers only them
+PROBE_EVAL_KEYS = ("k", "ci_level", "n_resamples", "bootstrap_seed")
+
+
+def probe_hash(params: Any) -> str:
+    """What the probe's numbers depend on: the profile, its data, image, train and probe
+    sections and PROBE_EVAL_KEYS of eval (their values as read, defaults filled)."""
+    ev = params.eval_config()
+    return params.section_hash("data", "image", "train", "probe", "eval",
+                               probe=params.sections.get("probe", {}),
+                               eval={k: getattr(ev, k) for k in PROBE_EVAL_KEYS})
+
 
 def short_config(train_cfg: Any, probe: ProbeConfig, lamb: float | None) -> Any:
     """The main run's TrainConfig with the probe's epochs (warm-up capped to them) and lambda."""
@@ -235,7 +248,8 @@ def main(argv: list[str]) -> int:
         inp = load_inputs(args)
     except ContractError as e:
         return fail(e)
-    head = {"schema": str(PROBE), "profile": inp.params.profile, "params_hash": inp.params.hash}
+    head = {"schema": str(PROBE), "profile": inp.params.profile,
+            "params_hash": probe_hash(inp.params)}
     if not inp.probe.arms:
         write_json(args.out, {**head, "skipped": "probe.arms is empty"})
         print("probe: off (probe.arms is empty in params.yaml)")
