@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Annotated, Any, NotRequired, TypedDict
 
 import numpy as np
 import pytest
@@ -210,6 +211,43 @@ def test_an_audit_outside_the_vocabulary_is_refused_by_path_and_the_audits_own_p
     del doc["claims"][0]["reason"]
     with pytest.raises(ContractError, match=r"claims\[0\]\.reason: missing"):
         AUDIT.check(doc, "audit.json")
+
+
+class _Inner(TypedDict):
+    mean: float
+    ci: NotRequired[list[float]]
+
+
+class _Record(TypedDict):
+    name: str
+    n: int
+    ok: bool
+    word: Annotated[str, ("holds", "fails")]
+    per_arm: dict[str, _Inner]
+    extra: dict[str, Any]
+    rows: NotRequired[list[_Inner]]
+
+
+def test_a_typed_record_is_the_shape_its_reader_checks():
+    """Each kind of field maps to the shape the module docstring names, written out by hand:
+    float is any number, NotRequired is `?`, dict[str, X] is every key, dict[str, Any] any
+    object; a field of another type is refused when the record is read, not at a file."""
+    inner = {"mean": schemas.NUMBER, "?ci": [schemas.NUMBER]}
+    assert schemas.shape_of(_Record) == {
+        "name": str, "n": int, "ok": bool, "word": ("holds", "fails"),
+        "per_arm": {"*": inner}, "extra": {}, "?rows": [inner]}
+    rec = schemas.Schema("t.record", 1, "stage", _Record)
+    doc = {"schema": "t.record/1", "name": "a", "n": 2, "ok": True, "word": "holds",
+           "per_arm": {"good": {"mean": 1}}, "extra": {"x": [1]}}
+    assert rec.check(doc, "t.json") == doc  # an int is a number; optionals may be absent
+    for field, value, says in [("n", 2.0, "n: expected an integer"),
+                               ("ok", 1, "ok: expected true or false"),
+                               ("per_arm", {"good": {"mean": True}},
+                                "per_arm.good.mean: expected a number")]:
+        with pytest.raises(ContractError, match=re.escape(says)):
+            rec.check({**doc, field: value}, "t.json")
+    with pytest.raises(TypeError, match="a record's field is"):
+        schemas.shape_of(tuple[int, int])
 
 
 @pytest.mark.parametrize("name", ["RUN", "RESULTS", "AUDIT", "REFERENCE"])

@@ -19,6 +19,7 @@ from typing import Any
 from scipy import stats as sps
 
 from harness.records import names
+from harness.records.schemas import Results
 from harness.stats.equivalence import (
     ALPHA,
     margin_test,
@@ -197,7 +198,7 @@ def decide_inseparable(est: TwoLevel, what: str, margin: float, alpha: float = A
     return "inconclusive", f"neither inseparable nor separated: {shown}{flag}", evidence
 
 
-def at_chance(results: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+def at_chance(results: Results | None) -> dict[str, dict[str, Any]]:
     """Arm -> {metric: evidence} for every arm metric whose interval reaches its chance level
     (controls `chance_<metric>` in results.json)."""
     out: dict[str, dict[str, Any]] = {}

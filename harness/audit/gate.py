@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.claims import AuditError
+from harness.records.schemas import Results
 from harness.records.verdicts import (
     AUDIT,
     FAIL_ON,
     GATE_PRINTED,
     GATE_VERDICTS,
     RERUN_CHECKS,
+    Audit,
     gist,
 )
 from prh.io import read_json
@@ -31,7 +33,7 @@ AUDIT_PATH = "reports/audit.json"  # the audit stage's output in dvc.yaml (tests
 RECAP_AUDIT_PATH = "runs/recap_audit.json"  # pipelines/recap/dvc.yaml's audit stage output
 
 
-def load_baseline(spec: str, path: str = AUDIT_PATH) -> dict[str, Any]:
+def load_baseline(spec: str, path: str = AUDIT_PATH) -> Audit:
     """The baseline audit `spec` names: a file, or `rev:REV` (a commit, branch, tag or DVC
     experiment name), whose audit at `path` (reports/audit.json; the recap profile's
     RECAP_AUDIT_PATH) is read through DVC (harness.compare.diff)."""
@@ -162,7 +164,7 @@ def report_gate(prog: str, tripped: list[str], note: str | None) -> int:
     return 1 if tripped else 0
 
 
-def check_params_hash(results: Mapping[str, Any], expected: str, path: str) -> None:
+def check_params_hash(results: Results, expected: str, path: str) -> None:
     """Refuse a metrics file produced under other params than the ones being audited."""
     got = results.get("params_hash")
     if got != expected:

@@ -17,6 +17,7 @@ from harness.audit.paths import ELSEWHERE, path_of, rerun_paths
 from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
+from harness.records.schemas import Results
 from harness.records.verdicts import (
     AUDIT,
     COUNT_CHECK,
@@ -42,7 +43,7 @@ def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
 SAME = 1e-9
 
 
-def _rerun_checks(results: Mapping[str, Any], claims: Mapping[str, Claim]
+def _rerun_checks(results: Results, claims: Mapping[str, Claim]
                   ) -> list[dict[str, Any]]:
     """results.json against itself: an R@k over n test pairs is a count out of n; an arm's mean
     is the mean of its seeds' values; a paired gap is the difference of the two arms' means

@@ -73,6 +73,7 @@ from harness.audit.printed import EPS, OPS, SYMBOLS, check_derived
 from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
 from harness.audit.web_text import rule_web_text
 from harness.records import names, reference
+from harness.records.schemas import Results
 from harness.records.verdicts import WHY_NOT_RERUN, not_rerun
 from harness.stats.equivalence import ALPHA, margin_test, order_test
 from harness.stats.estimators import TwoLevel
@@ -97,7 +98,7 @@ def _setup_mismatch(claim: Claim, ctx: Context) -> str:
     return ""
 
 
-def _other_k(metric: str, results: Mapping[str, Any]) -> str:
+def _other_k(metric: str, results: Results) -> str:
     """'' unless `metric` is the paper's mutual k-NN and the rerun scored another k (the one
     results.json records); then what it is."""
     run_k = names.results_k(results)
@@ -167,7 +168,7 @@ def rule_measured(claim: Claim, ctx: Context) -> Verdict:
                                      **({"measure": where} if measure else {})})
 
 
-def _find_gap(results: Mapping[str, Any], a: str, b: str, metric: str) -> dict[str, Any] | None:
+def _find_gap(results: Results, a: str, b: str, metric: str) -> dict[str, Any] | None:
     """The results.json gap a - b on `metric` (a stored b - a is negated)."""
     for g in results.get("gaps", []):
         if g.get("metric") != metric:

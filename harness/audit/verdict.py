@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.audit.claims import Claim, Relation
 from harness.records import names
+from harness.records.schemas import Reference, Results
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,11 @@ class Context:
 
     claims: Mapping[str, Claim]
     profile: str
-    results: Mapping[str, Any] | None = None
+    results: Results | None = None
     theory: Mapping[str, Any] | None = None
     relations: tuple[Relation, ...] = ()
     margins: Mapping[str, float] = field(default_factory=names.default_margins)
-    reference: Mapping[str, Any] | None = None  # runs/reference/wit1024.json (public models)
+    reference: Reference | None = None  # runs/reference/wit1024.json (public models)
     web_text: Mapping[str, Any] | None = None  # runs/recap_scores.json (the recap profile)
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import names
-from harness.records.schemas import REFERENCE
+from harness.records.schemas import REFERENCE, Reference
 from prh.config import mknn_name
 from prh.io import ContractError, read_json, write_json
 
@@ -74,7 +74,7 @@ def write_reference(path: str | Path, doc: Mapping[str, Any]) -> None:
     write_json(path, {"schema": str(REFERENCE), **doc})
 
 
-def read_reference(path: str | Path) -> dict[str, Any]:
+def read_reference(path: str | Path) -> Reference:
     """The document, checked for its schema; ContractError names the file and the stage."""
     try:
         doc = read_json(path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.records.schemas import RUN
+from harness.records.schemas import RUN, RunRecord
 from prh.io import ContractError
 
 RUN_FILE = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)\.json\Z")
@@ -20,14 +20,14 @@ def run_name(arm: str, seed: int) -> str:
     return f"{arm}-s{seed}"
 
 
-def check_run_file(name: str, data: Any, where: str) -> dict[str, Any]:
+def check_run_file(name: str, data: Any, where: str) -> RunRecord:
     """`data` read from the run file `name` (shown as `where`), checked: the schema, and the
     arm and seed its `run` record names against the file name. Raises ContractError."""
     m = RUN_FILE.match(name)
     if m is None:
         raise ContractError(f"{where}: not a run file name (ARM-sSEED.json)")
-    RUN.check(data, where, f"align@{m['arm']}-{m['seed']}")
-    run = data.get("run", {})
+    data = RUN.check(data, where, f"align@{m['arm']}-{m['seed']}")
+    run = data["run"]
     if run.get("arm") != m["arm"] or str(run.get("seed")) != m["seed"]:
         raise ContractError(f"{where}: its 'run' record says arm {run.get('arm')!r} seed "
                             f"{run.get('seed')!r}, the file name says otherwise")

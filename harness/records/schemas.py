@@ -1,32 +1,53 @@
 """Every file format the stages hand each other, as a name, a version and, for the files the
-audit and the report compute from, the shape of the fields they read. A writer stamps
-`str(SCHEMA)`; a reader calls `SCHEMA.check`, which refuses a file of another format or
-version, or one missing a field its readers need or holding it as another type, with the line
-that fixes it (rerun the stage that writes it).
+audit and the report compute from, the typed record of the fields they read (a TypedDict). A
+writer stamps `str(SCHEMA)`; a reader calls `SCHEMA.check`, which refuses a file of another
+format or version, or one missing a field its record declares or holding it as another type,
+with the line that fixes it (rerun the stage that writes it), and returns it as that record.
 
-A shape is a type (`str`, `int`, `NUMBER`: an int or a float, never a bool), a tuple of the
-words allowed (a verdict, a status), `[shape]` (a list of it), or a mapping of field -> shape,
-where `?field` may be absent and `*` stands for every key (an arm, a metric, a seed); a field
-not named is allowed (readers ignore it)."""
+`shape_of` turns a record into the shape `shape_problem` checks: a type (`str`, `int`,
+`NUMBER`: an int or a float, never a bool, for a `float` field), a tuple of the words allowed
+(a verdict, a status: `Annotated[str, WORDS]`), `[shape]` (a `list`), or a mapping of field ->
+shape, where `?field` may be absent (`NotRequired`) and `*` stands for every key (a
+`dict[str, ...]`: an arm, a metric, a seed); a field not declared is allowed (readers ignore
+it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    NotRequired,
+    TypedDict,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 from prh.io import ContractError
 
+Record = TypeVar("Record", bound=Mapping[str, Any])
+
 
 @dataclass(frozen=True)
-class Schema:
+class Schema(Generic[Record]):
     """A format (`prh.results`) at a version (1), written as `prh.results/1`; `stage` is the
-    DVC stage that writes it."""
+    DVC stage that writes it; `record` the TypedDict of the fields its readers need (None: the
+    stamp only)."""
 
     name: str
     version: int
     stage: str
-    shape: Any = None  # the fields its readers need (module docstring); None: the stamp only
+    record: type[Record] | None = None
+
+    @property
+    def shape(self) -> Any:
+        """The record as `shape_problem` checks it (`shape_of`); None for the stamp only."""
+        return None if self.record is None else shape_of(self.record)
 
     def __str__(self) -> str:
         return f"{self.name}/{self.version}"
@@ -41,13 +62,14 @@ class Schema:
         return f"schema {found!r}, expected {str(self)!r}"
 
     def check(self, doc: Any, where: str, stage: str | None = None, fix: str | None = None,
-              error: type[ContractError] = ContractError) -> dict[str, Any]:
-        """`doc` when it is a mapping stamped with this schema; else `error` naming `where` and
-        the fix: `fix`, or the stage to rerun (`stage`, default this format's own)."""
+              error: type[ContractError] = ContractError) -> Record:
+        """`doc` as this format's record when it is a mapping stamped with this schema whose
+        fields have the record's types; else `error` naming `where` and the fix: `fix`, or the
+        stage to rerun (`stage`, default this format's own)."""
         problem = self.unreadable(doc)
         if problem:
             raise error(f"{where}: {problem}; {fix or f'rerun `dvc repro {stage or self.stage}`'}")
-        return dict(doc)
+        return dict(doc)  # type: ignore[return-value]  # checked against the record above
 
     def unreadable(self, doc: Any) -> str | None:
         """What keeps this code from reading `doc` (another format or version, a field its
@@ -58,6 +80,29 @@ class Schema:
 
 NUMBER = "number"  # an int or a float (JSON's number), never a bool
 _TYPES = {str: "a string", int: "an integer", NUMBER: "a number", bool: "true or false"}
+
+
+def shape_of(record: Any) -> Any:
+    """The shape (module docstring) of a TypedDict, or of one field's type within it."""
+    if is_typeddict(record):
+        hints = get_type_hints(record, include_extras=True)
+        return {("?" if get_origin(t) is NotRequired else "") + name: shape_of(t)
+                for name, t in hints.items()}
+    origin, args = get_origin(record), get_args(record)
+    if origin is NotRequired:
+        return shape_of(args[0])
+    if origin is Annotated:  # Annotated[str, WORDS]: one of the words
+        return tuple(args[1])
+    if origin is list:
+        return [shape_of(args[0])]
+    if origin is dict:  # dict[str, X]: every key; dict[str, Any]: any object
+        return {} if args[1] is Any else {"*": shape_of(args[1])}
+    if record is float:
+        return NUMBER
+    if record in _TYPES:
+        return record
+    raise TypeError(f"{record!r}: a record's field is str, int, float, bool, Annotated[str, "
+                    "WORDS], list[...], dict[str, ...] or a TypedDict")
 
 
 def shape_problem(value: Any, shape: Any, at: str) -> str | None:
@@ -120,35 +165,130 @@ def shape_rows(shape: Any, at: str = "") -> list[str]:
 
 # what the aggregate's readers (the audit, the report, the flat views, harness diff) compute
 # from: docs/contracts.md, "Aggregate"
-RESULTS_SHAPE = {
-    "profile": str, "k": int, "n_test": int,
-    "arms": {"*": {"seeds": [int], "metrics": {"*": {"mean": NUMBER, "?ci": [NUMBER]}},
-                   "?controls": {"*": {"mean": NUMBER}}}},
-    "gaps": [{"a": str, "b": str, "metric": str, "diff": NUMBER, "?ci": [NUMBER]}]}
+class MetricSummary(TypedDict):
+    """One arm's metric over its seeds (harness.records.results.aggregate_runs)."""
+
+    mean: float
+    ci: NotRequired[list[float]]  # [lo, hi] over test pairs; absent for a seed spread only
+
+
+class Control(TypedDict):
+    mean: float
+
+
+class ArmResults(TypedDict):
+    seeds: list[int]
+    metrics: dict[str, MetricSummary]
+    controls: NotRequired[dict[str, Control]]
+
+
+class Gap(TypedDict):
+    """Arm a minus arm b on one metric, paired over test pairs."""
+
+    a: str
+    b: str
+    metric: str
+    diff: float
+    ci: NotRequired[list[float]]
+
+
+class Results(TypedDict):
+    """runs/results.json."""
+
+    profile: str
+    params_hash: str  # Params.hash of the profile it was aggregated under (the CI gate's check)
+    data_hash: NotRequired[str]  # shown in the report's provenance
+    # the prepare stage's differences from the published split; absent in files written before
+    # the field (read as none), so prh.results/2 files stay readable
+    data_warnings: NotRequired[list[str]]
+    k: int
+    n_test: int
+    arms: dict[str, ArmResults]
+    gaps: list[Gap]
+
+
 # what the aggregate, the report and harness diff read of one align run: docs/contracts.md
-RUN_SHAPE = {"k": int, "run": {"arm": str, "seed": int},
-             "metrics": {"*": {"value": NUMBER, "?ci": [NUMBER]}}, "?per_query": str}
+class RunIdentity(TypedDict):
+    arm: str
+    seed: int
+
+
+class RunMetric(TypedDict):
+    value: float
+    ci: NotRequired[list[float]]
+
+
+class RunRecord(TypedDict):
+    """runs/align/ARM-sSEED.json."""
+
+    k: int
+    run: RunIdentity
+    metrics: dict[str, RunMetric]
+    per_query: NotRequired[str]
+
 
 # what the audit reads of the public encoders' scores (harness.records.reference's lookups,
 # harness.audit.setting's comparison with the paper's setting): docs/contracts.md, "Reference"
-_ALIGNED = {"*": {"text": str, "vision": str, "metric": str, "best": NUMBER}}
-REFERENCE_SHAPE = {
-    "data": {"n": int, "sha256": str}, "protocol": {"name": str, "k": int},
-    "text": {"*": {"hidden": int, "layers": int}}, "vision": {"*": {"timm": str}},
-    "alignment": _ALIGNED, "sts": {"*": {"spearman": NUMBER, "n": int}},
-    "?coco": {"data": {"n": int, "sha256": str}, "alignment": _ALIGNED}}
+class DataStamp(TypedDict):
+    n: int
+    sha256: str
+
+
+class Protocol(TypedDict):
+    name: str
+    k: int
+
+
+class TextEncoder(TypedDict):
+    hidden: int
+    layers: int
+
+
+class VisionEncoder(TypedDict):
+    timm: str
+
+
+class Aligned(TypedDict):
+    """One (text, vision, metric) entry: its best layer pair's score."""
+
+    text: str
+    vision: str
+    metric: str
+    best: float
+
+
+class StsScore(TypedDict):
+    spearman: float
+    n: int
+
+
+class CocoScores(TypedDict):
+    data: DataStamp
+    alignment: dict[str, Aligned]
+
+
+class Reference(TypedDict):
+    """runs/reference/wit1024.json."""
+
+    data: DataStamp
+    protocol: Protocol
+    text: dict[str, TextEncoder]
+    vision: dict[str, VisionEncoder]
+    alignment: dict[str, Aligned]
+    sts: dict[str, StsScore]
+    coco: NotRequired[CocoScores]
 
 
 ARM_TRAIN = Schema("prh.arm_train", 1, "config@ARM")  # runs/config/ARM.json
-RUN = Schema("prh.metrics", 2, "align@ARM-SEED", RUN_SHAPE)  # runs/align/ARM-sSEED.json
+RUN = Schema("prh.metrics", 2, "align@ARM-SEED", RunRecord)  # runs/align/ARM-sSEED.json
 PER_QUERY = Schema("prh.per_query", 1, "align@ARM-SEED")  # runs/align/ARM-sSEED.npz
-RESULTS = Schema("prh.results", 2, "aggregate", RESULTS_SHAPE)  # runs/results.json
+RESULTS = Schema("prh.results", 2, "aggregate", Results)  # runs/results.json
 THEORY = Schema("prh.theory", 1, "theory")  # runs/theory.json
 PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
 # runs/reference/wit1024.json
-REFERENCE = Schema("prh.reference", 2, "reference", REFERENCE_SHAPE)
+REFERENCE = Schema("prh.reference", 2, "reference", Reference)
 RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase

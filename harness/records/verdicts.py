@@ -9,10 +9,9 @@ training."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, NotRequired, TypedDict
 
-from harness.records.schemas import NUMBER, Schema
+from harness.records.schemas import Schema
 
 VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered)",
             "pattern seen on another profile", "pattern not seen on another profile",
@@ -21,16 +20,48 @@ VERDICTS = ("reproduced", "differs", "inconclusive", "inconclusive (underpowered
 # "informational": a relation whose check is by design no finding (the registry's
 # `informational:` says why); it is shown with what its check found (`found`), never counted
 STATUSES = ("holds", "informational", "holds within input rounding", "ambiguous", "fails")
+
+
 # what the report, the CI gate (a baseline audit) and the web-text report read of the audit:
 # docs/contracts.md, "Audit"
-AUDIT_SHAPE = {
-    "claims": [{"id": str, "kind": str, "rule": str, "verdict": VERDICTS, "reason": str,
-                "evidence": {}}],
-    "arithmetic": [{"id": str, "status": STATUSES}],
-    "?at_chance": {"*": {"*": {"ci": [NUMBER], "chance": NUMBER}}},
-    "?rerun_paths": {"*": {"claims": [str]}},
-    "summary": {"*": int}}
-AUDIT = Schema("prh.audit", 1, "audit", AUDIT_SHAPE)  # reports/audit.json
+class ClaimRow(TypedDict):
+    """One claim's verdict and what it was decided from."""
+
+    id: str
+    kind: str
+    rule: str
+    verdict: Annotated[str, VERDICTS]
+    reason: str
+    evidence: dict[str, Any]
+
+
+class CheckRow(TypedDict):
+    """One arithmetic check of printed (or rerun) numbers."""
+
+    id: str
+    status: Annotated[str, STATUSES]
+
+
+class AtChance(TypedDict):
+    ci: list[float]
+    chance: float
+
+
+class RerunPath(TypedDict):
+    claims: list[str]
+
+
+class Audit(TypedDict):
+    """reports/audit.json."""
+
+    claims: list[ClaimRow]
+    arithmetic: list[CheckRow]
+    at_chance: NotRequired[dict[str, dict[str, AtChance]]]  # arm -> metric -> its interval
+    rerun_paths: NotRequired[dict[str, RerunPath]]
+    summary: dict[str, int]
+
+
+AUDIT = Schema("prh.audit", 1, "audit", Audit)  # reports/audit.json
 
 # The CI gate's `--fail-on` names (harness.audit.gate). The rerun's own findings trip it as
 # they stand: a claim with one of these verdicts, an arm at chance (the audit's `at_chance`), a
@@ -73,7 +104,7 @@ def gist(reason: str) -> str:
     return reason.split(" (")[0]
 
 
-def family_line(audit: Mapping[str, Any] | None) -> str:
+def family_line(audit: Audit | None) -> str:
     """The Holm line of the first page: how many of the audit's sampled claims differ after
     the family step, and how many only before it; '' when the audit has no family block (an
     audit written before it existed)."""

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.records.schemas import CHECKLIST
+from harness.records.schemas import CHECKLIST, Results
 
 SCHEMA = str(CHECKLIST)
 
@@ -31,7 +31,7 @@ def _distinct(runs: Sequence[Mapping[str, Any]], *keys: str) -> list[str]:
     return seen
 
 
-def seeds_item(results: Mapping[str, Any] | None) -> dict[str, Any]:
+def seeds_item(results: Results | None) -> dict[str, Any]:
     arms = (results or {}).get("arms", {})
     evidence = [f"{arm}: seeds {', '.join(map(str, b.get('seeds', [])))}"
                 for arm, b in arms.items()]
@@ -44,7 +44,7 @@ def seeds_item(results: Mapping[str, Any] | None) -> dict[str, Any]:
                  answer, evidence or ["runs/results.json absent: seeds unknown"])
 
 
-def error_bars_item(results: Mapping[str, Any] | None) -> dict[str, Any]:
+def error_bars_item(results: Results | None) -> dict[str, Any]:
     metrics = [m for b in (results or {}).get("arms", {}).values()
                for m in b.get("metrics", {}).values() if "ci" in m]
     gaps = (results or {}).get("gaps", [])
@@ -81,7 +81,7 @@ def compute_item(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                  "partial" if evidence[:-1] else "no", evidence)
 
 
-def data_code_item(results: Mapping[str, Any] | None, runs: Sequence[Mapping[str, Any]],
+def data_code_item(results: Results | None, runs: Sequence[Mapping[str, Any]],
                    params: Mapping[str, Any] | None) -> dict[str, Any]:
     profile = (results or {}).get("profile") or (params or {}).get("profile")
     world = ((params or {}).get("world") or {}).get("data", {}).get("world", {})
@@ -113,7 +113,7 @@ def hyperparameters_item(provenance: Sequence[Mapping[str, Any]] | None) -> dict
                  "chosen?", "yes", evidence)
 
 
-def checklist(results: Mapping[str, Any] | None, runs: Sequence[Mapping[str, Any]],
+def checklist(results: Results | None, runs: Sequence[Mapping[str, Any]],
               params: Mapping[str, Any] | None,
               provenance: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
     """The checklist document: one answer (yes / partial / no) and its evidence per item."""

@@ -36,10 +36,11 @@ from harness.records.schemas import (
     PROBE,
     RESULTS,
     THEORY,
+    Results,
     Schema,
     shape_problem,
 )
-from harness.records.verdicts import AUDIT
+from harness.records.verdicts import AUDIT, Audit
 from harness.report import measures, plots
 from harness.report.checklist import checklist
 from harness.report.measures import clean_scores
@@ -164,7 +165,7 @@ def spread_text(spread: Any) -> str | None:
     return f"{text} ({spread.n} seeds)" if spread.n else text
 
 
-def paper_claims(audit: Mapping | None, registry: Mapping[str, Mapping]) -> dict:
+def paper_claims(audit: Audit | None, registry: Mapping[str, Mapping]) -> dict:
     """(arm, metric) -> the audited claims about that number (paper's and rerun article's),
     each as printed, with its spread and verdict. Curve points and other variants of the
     recipe (`setup.variant`) are left to section 6."""
@@ -182,7 +183,7 @@ def paper_claims(audit: Mapping | None, registry: Mapping[str, Mapping]) -> dict
     return out
 
 
-def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
+def section_paper_vs_rerun(results: Results, claims: Mapping) -> dict:
     rows, k = [], names.results_k(results)
     for arm, block in results.get("arms", {}).items():
         for metric, m in block.get("metrics", {}).items():
@@ -199,7 +200,7 @@ def section_paper_vs_rerun(results: Mapping, claims: Mapping) -> dict:
             "ci_method": next((r["ci_method"] for r in rows if r["ci_method"]), None)}
 
 
-def section_seed_spread(results: Mapping) -> dict:
+def section_seed_spread(results: Results) -> dict:
     metrics: dict[str, dict] = {}
     for arm, block in results.get("arms", {}).items():
         for metric, m in block.get("metrics", {}).items():
@@ -291,7 +292,7 @@ def section_flat(data: Mapping) -> dict:
     return {"rows": rows, "tables": {k: table_of(v) for k, v in tables.items()}}
 
 
-def section_provenance(results: Mapping | None, runs: Sequence[Mapping],
+def section_provenance(results: Results | None, runs: Sequence[Mapping],
                        inputs: Sequence[Mapping]) -> dict:
     envs: list[dict] = []
     for r in runs:
@@ -314,7 +315,7 @@ def section_provenance(results: Mapping | None, runs: Sequence[Mapping],
             "inputs": list(inputs)}
 
 
-def hash_warnings(results: Mapping | None, runs: Sequence[Mapping], runs_dir: Path,
+def hash_warnings(results: Results | None, runs: Sequence[Mapping], runs_dir: Path,
                   params: Any = None) -> list[str]:
     """Runs scored under other params than params.yaml gives their arm (Params.arm_hash; without
     params.yaml, than the arm's first run) or from another data hash than the aggregate, and
@@ -412,7 +413,7 @@ def build_context(paths: ReportPaths) -> dict:
             "sections": sections}
 
 
-def summary(results: Mapping | None, audit: Mapping | None, runs: Sequence[Mapping],
+def summary(results: Results | None, audit: Audit | None, runs: Sequence[Mapping],
             sections: Mapping) -> dict:
     """What the first page says about the run itself: arms and seeds, test pairs, run files,
     and the sections whose input is absent."""

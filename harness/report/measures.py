@@ -23,6 +23,7 @@ from markupsafe import Markup
 from harness.data.contamination import clean_mask, rescore
 from harness.records import names
 from harness.records.perquery import read_per_query
+from harness.records.schemas import Results
 from harness.report import plots
 from prh.io import ContractError
 
@@ -68,7 +69,7 @@ def clean_scores(runs: Sequence[Mapping], contamination: Mapping) -> list[dict] 
     return out
 
 
-def section_calibrated(results: Mapping) -> dict:
+def section_calibrated(results: Results) -> dict:
     """Per metric, one row per arm: n_permutations, alpha, the smallest attainable p-value 1/(K+1),
     and the seed spread of every calibrated field (harness.records.results.aggregate_calibrated)."""
     metrics: dict[str, list[dict]] = {}
@@ -87,7 +88,7 @@ def full_pool(curve: Sequence[Mapping]) -> Mapping:
     return max(curve, key=lambda r: r["n_photos"]) if curve else {}
 
 
-def section_captions(results: Mapping) -> dict:
+def section_captions(results: Results) -> dict:
     """One-caption against all-caption scores per arm (seed mean, interval over test photos,
     chance on the whole split) and the scores against the pool size, one plot per metric."""
     rows, panels, k = [], {}, names.results_k(results)
@@ -125,7 +126,7 @@ def section_captions(results: Mapping) -> dict:
             "ci_method": methods.pop() if len(methods) == 1 else None}
 
 
-def section_pair_free(results: Mapping, runs: Sequence[Mapping],
+def section_pair_free(results: Results, runs: Sequence[Mapping],
                       registry: Mapping[str, Mapping]) -> dict:
     """Per arm: the seed spread of the pair-free scores (results.json arms.ARM.pair_free), each
     seed's status from its run file, and the paired Procrustes R@1 of the same arm; how the
@@ -242,7 +243,7 @@ def pool_plot(metric: str, curve: Sequence[Mapping]) -> dict:
             "chance": {"x": [r["n_photos"] for r in pts], "y": [r["chance"][metric] for r in pts]}}
 
 
-def section_shakes(results: Mapping, runs: Sequence[Mapping], probe: Mapping | None,
+def section_shakes(results: Results, runs: Sequence[Mapping], probe: Mapping | None,
                    clean: Sequence[Mapping] | None, registry: Mapping[str, Mapping]) -> dict:
     """One panel per headline number (R@1 and mutual k-NN of each arm): the number against
     (a) the seed, (b) the SIGReg weight (probe), (c) the fit pairs, (d) the contamination-clean
@@ -386,7 +387,7 @@ def section_text_sources(probe: Mapping | None, params: Any, profile: str | None
             "leak": world.captioner_leak if world is not None else 0.0}
 
 
-def sections(results: Mapping | None, runs: Sequence[Mapping], probe: Mapping | None,
+def sections(results: Results | None, runs: Sequence[Mapping], probe: Mapping | None,
              params: Any, *, profile: str | None, registry: Mapping[str, Mapping],
              clean: Sequence[Mapping] | None, missing: Mapping[str, Mapping | None]) -> dict:
     """Every section of this module, each with the absence (harness.report.context.absent) of the

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.records import verdicts
+from harness.records.schemas import Results
+from harness.records.verdicts import Audit
 
 DATA = {"world": "the generated world", "flickr30k": "Flickr30k"}
 WORLD_BANNER = (
@@ -103,7 +105,7 @@ def interval(ci: Sequence[float] | None, signed: bool = False) -> str:
     return "" if not ci else f"[{fmt(ci[0], signed)}, {fmt(ci[1], signed)}]"
 
 
-def rerun_value(source: str, results: Mapping[str, Any] | None,
+def rerun_value(source: str, results: Results | None,
                 row: Mapping[str, Any] | None) -> dict[str, Any]:
     """The rerun's number behind a headline: the one the audit judged (its evidence `run` and
     `ci`) when there is one, else the results.json number `source` names; value, interval and
@@ -156,7 +158,7 @@ def qualify(row: Mapping[str, Any], profile: str | None) -> str:
     return text
 
 
-def headline_rows(audit: Mapping[str, Any], results: Mapping[str, Any] | None,
+def headline_rows(audit: Audit, results: Results | None,
                   headlines: Sequence[Headline] = HEADLINES) -> list[dict[str, Any]]:
     """One row per headline: paper value(s), rerun value and interval, verdict in words,
     at-chance arms named. Claims missing from the audit are said to be missing."""
@@ -235,7 +237,7 @@ def why_verdicts_differ(group: Sequence[Mapping[str, Any]]) -> str | None:
             + ".")
 
 
-def chance_sentences(audit: Mapping[str, Any]) -> list[str]:
+def chance_sentences(audit: Audit) -> list[str]:
     """Every arm whose interval reaches its chance level, as a sentence with the numbers."""
     out = []
     for arm, metrics in sorted((audit.get("at_chance") or {}).items()):
@@ -247,7 +249,7 @@ def chance_sentences(audit: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def arithmetic_findings(audit: Mapping[str, Any]) -> list[dict[str, str]]:
+def arithmetic_findings(audit: Audit) -> list[dict[str, str]]:
     """The audit's arithmetic checks that are not a plain 'holds', worst first, each as a
     sentence: the statement, the recomputation with its numbers, the status."""
     checks = [c for c in audit.get("arithmetic", []) if c.get("status") in STATUS_ORDER]
@@ -269,7 +271,7 @@ def findings_by_status(found: list[dict[str, Any]]) -> dict[str, list[dict[str, 
         ("rounding", "holds within input rounding"))}
 
 
-def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | None,
+def first_page(audit: Audit | None, results: Results | None,
                profile: str | None) -> dict[str, Any]:
     """Everything the first page shows; without an audit, only the banner."""
     counts = dict((audit or {}).get("summary") or {})
@@ -286,7 +288,7 @@ def first_page(audit: Mapping[str, Any] | None, results: Mapping[str, Any] | Non
 PATH_ORDER = ("wit1024", "flickr30k", "unavailable")  # cheapest first
 
 
-def path_rows(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+def path_rows(audit: Audit) -> list[dict[str, Any]]:
     """The audit's rerun paths (harness.audit.paths), cheapest first, each with its claim count
     and the models it would download."""
     paths = audit.get("rerun_paths") or {}
@@ -345,7 +347,7 @@ def together(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
-def audit_table(audit: Mapping[str, Any], brief: Any) -> dict[str, Any]:
+def audit_table(audit: Audit, brief: Any) -> dict[str, Any]:
     """Every claim row, most important first (verdicts that say something before 'not
     comparable' and 'not rerun'; orderings and theorems before single numbers), compact:
     statement, printed, rerun, verdict, with the reason and evidence (`brief`-formatted) to

@@ -18,7 +18,14 @@ from harness.audit.gate import (
     ungated,
 )
 from harness.config.params import load_params, web_text_margins
-from harness.records.schemas import RECAP_SCORES, REFERENCE, RESULTS, THEORY, Schema
+from harness.records.schemas import (
+    RECAP_SCORES,
+    REFERENCE,
+    RESULTS,
+    THEORY,
+    Record,
+    Schema,
+)
 from harness.records.verdicts import family_line
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, file_sha256, read_json, write_json
@@ -29,7 +36,7 @@ def maybe_path(text: str) -> Path | None:
     return Path(text) if text else None
 
 
-def read_optional(path: Path | None, schema: Schema) -> Any:
+def read_optional(path: Path | None, schema: Schema[Record]) -> Record | None:
     """A pipeline file's content checked against its schema, or None when that stage has not
     written it (or no path is given)."""
     return schema.check(read_json(path), str(path)) if path and path.exists() else None
