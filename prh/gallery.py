@@ -67,6 +67,17 @@ def photo_index(ids: Sequence[str], photo_ids: Sequence[str]) -> np.ndarray:
     return check_photo_index(photo, len(row), len(ids))
 
 
+def caption_photos(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(photo ids in the order the rows list them, each one's caption count) of caption row
+    ids `PHOTO_ID:J` (`caption_ids`' inverse). Raises ValueError for a row that is no caption
+    row, or rows that do not list every photo's captions 0, 1, ... together (`photo_index`)."""
+    bare = next((str(i) for i in ids if ":" not in str(i)), None)
+    if bare is not None:
+        raise ValueError(f"row {bare!r} is no caption row (PHOTO_ID:J)")
+    photos = np.array(list(dict.fromkeys(str(i).rpartition(":")[0] for i in ids)))
+    return photos, np.bincount(photo_index(ids, photos), minlength=len(photos))
+
+
 def shared_space(pmap: ProcrustesMap, img: np.ndarray, txt: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mapped images and centred texts, unit rows (zero rows stay zero): their dot products

@@ -209,6 +209,28 @@ def test_photo_index_errors_name_the_problem():
         gallery.text_to_image(c, q, np.array([0, 1]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=8))
+def test_caption_photos_inverts_caption_ids(counts):
+    """Photo ids with colons and digits (`2:1` is a photo, `2:1:0` its first caption) come back
+    in order with their counts; the rows' photo index is `photo_index`'s."""
+    photos = [f"{i}:{i % 3}" if i % 2 else str(10 - i) for i in range(len(counts))]
+    ids = gallery.caption_ids(photos, counts)
+    got, got_counts = gallery.caption_photos(ids)
+    assert got.tolist() == photos and got_counts.tolist() == counts
+    assert np.repeat(np.arange(len(counts)), counts).tolist() == \
+        gallery.photo_index(ids, got).tolist()
+
+
+def test_caption_photos_refuses_rows_that_are_not_every_caption_in_order():
+    with pytest.raises(ValueError, match=r"row 'b' is no caption row \(PHOTO_ID:J\)"):
+        gallery.caption_photos(["a:0", "b"])
+    with pytest.raises(ValueError, match=r"caption row 1 is 'a:2' where 'a:1' belongs"):
+        gallery.caption_photos(["a:0", "a:2"])
+    with pytest.raises(ValueError, match=r"caption row 1 is 'b:0' where 'a:1' belongs"):
+        gallery.caption_photos(["a:0", "b:0", "a:1"])  # a photo's captions apart
+
+
 # ----------------------------------------------------------------------------- the curve
 def test_pool_sizes_clip_to_the_split_and_end_with_everything():
     assert gallery.pool_sizes([1000, 100, 300, 5000], 1000) == [100, 300, 1000]

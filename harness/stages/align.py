@@ -30,19 +30,15 @@ def pair_free_scores(image_dir: Path, text_dir: Path, ev: Any, params_path: Path
     `ev.pairfree_inputs` (prh.align.item_rows); {} when the pool is 0. ContractError for
     pools too small, sharing a photo or holding a test photo."""
     from prh.align import check_disjoint, item_rows
-    from prh.gallery import photo_index
+    from prh.gallery import caption_photos
 
     pool = ev.pairfree_pool
     if pool == 0:
         return {}
     paths = (image_dir / "pool_images.npz", text_dir / "pool_texts.npz")
     (ids_img, pool_img, _), (cap_ids, pool_txt, _) = map(load_embeddings, paths)
-    ids_txt = np.array(list(dict.fromkeys(str(i).rpartition(":")[0] for i in cap_ids)))
     try:
-        if "" in ids_txt:
-            raise ValueError(f"row {next(str(i) for i in cap_ids if ':' not in str(i))!r} is no "
-                             "caption row (PHOTO_ID:J)")
-        counts = np.bincount(photo_index(cap_ids, ids_txt), minlength=len(ids_txt))
+        ids_txt, counts = caption_photos(cap_ids)
     except ValueError as e:
         raise ContractError(f"{paths[1]}: {e}; rerun `dvc repro` (the train stage writes every "
                             "caption of the pool photos)") from e
