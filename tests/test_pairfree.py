@@ -168,6 +168,7 @@ def test_same_seed_same_map_and_workers_change_nothing():
     assert (a.rounds, a.n_matches) == (b.rounds, b.n_matches)
 
 
+@pytest.mark.slow  # spawned processes each import the stack: the pipeline section
 def test_fits_side_by_side_give_what_one_at_a_time_gives():
     """fit_and_score_all: two encoders' pools x two seeds in spawned processes equal the same
     jobs fitted one after the other, scores and maps; a bad pool's error names its job."""

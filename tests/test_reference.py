@@ -868,6 +868,7 @@ def _pairfree_world(tmp_path, parts):
             "in100": in100, "image_dir": image_dir, "raw": raw}
 
 
+@pytest.mark.slow  # two trainings and the whole reference stage: the pipeline section
 def test_table_4s_setting_beside_the_reference_encoders(parts, tmp_path):
     """With `flickr.pairfree_seeds` and `classes`: each text encoder's pair-free map per seed on
     the flickr30k profile's pools (images of the first half of the train photos, captions of

@@ -187,6 +187,7 @@ def test_padding_to_a_multiple_changes_the_widths_not_the_loss(corpus) -> None:
         torch.testing.assert_close(out[1][1][k], out[8][1][k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # inductor compiles C++ kernels for half a minute: the pipeline section
 def test_compiled_encoder_gives_the_eager_loss_and_gradients(corpus) -> None:
     """speed.compile (torch.compile; inductor on the CPU here): on one batch and the same
     weights, the loss and every gradient equal eager's to float rounding."""
