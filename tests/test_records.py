@@ -261,3 +261,23 @@ def test_docs_list_the_fields_each_reader_checks(name):
     schema = getattr(schemas, name, None) or getattr(verdicts, name)  # AUDIT: with its words
     assert listed == schemas.shape_rows(schema.shape), \
         f"docs/contracts.md: paste harness.records.schemas.shape_rows({name}.shape) there"
+
+
+@pytest.mark.parametrize("block", ["calibrated", "gallery_curve", "trainval_map", "curve",
+                                   "per_query"])
+def test_a_run_file_missing_a_block_aggregate_reads_names_it_and_the_stage(tmp_path, block):
+    """read_align_runs: each block it reads with [] is checked first, so a run file without
+    one is a ContractError naming the file and the stage to rerun, not a KeyError."""
+    import shutil
+
+    from harness.records.results import read_align_runs
+
+    align = tmp_path / "align"
+    shutil.copytree(FIXTURE / "align", align)
+    runs = read_align_runs(align, ["good", "bad"], [0, 1], {"good": "p1a2b3c4", "bad": "p1a2b3c4"})
+    assert set(runs.per_query) == {(a, s) for a in ("good", "bad") for s in (0, 1)}
+    doc = json.loads((align / "bad-s1.json").read_text())
+    del doc[block]
+    (align / "bad-s1.json").write_text(json.dumps(doc))
+    with pytest.raises(ContractError, match=rf"bad-s1.json: no {block}; rerun its align stage"):
+        read_align_runs(align, ["good", "bad"], [0, 1], {"good": "p1a2b3c4", "bad": "p1a2b3c4"})

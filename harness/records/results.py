@@ -170,7 +170,7 @@ def read_align_runs(align_dir: Path, arms: Sequence[str], seeds: Sequence[int],
         if run["run"]["params_hash"] != params_hashes[arm]:
             raise ContractError(f"{path}: params hash {run['run']['params_hash']} differs "
                                 f"from params.yaml's {params_hashes[arm]}; rerun `harness run`")
-        for block in RUN_BLOCKS:
+        for block in (*RUN_BLOCKS, "curve", "per_query"):
             if block not in run:
                 raise ContractError(f"{path}: no {block}; rerun its align stage "
                                     "(`harness run`)")

@@ -13,6 +13,7 @@ it)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import (
@@ -82,8 +83,10 @@ NUMBER = "number"  # an int or a float (JSON's number), never a bool
 _TYPES = {str: "a string", int: "an integer", NUMBER: "a number", bool: "true or false"}
 
 
+@functools.cache
 def shape_of(record: Any) -> Any:
-    """The shape (module docstring) of a TypedDict, or of one field's type within it."""
+    """The shape (module docstring) of a TypedDict, or of one field's type within it; cached
+    (the same object each call: read it, never change it)."""
     if is_typeddict(record):
         hints = get_type_hints(record, include_extras=True)
         return {("?" if get_origin(t) is NotRequired else "") + name: shape_of(t)
@@ -198,8 +201,8 @@ class Results(TypedDict):
     profile: str
     params_hash: str  # Params.hash of the profile it was aggregated under (the CI gate's check)
     data_hash: NotRequired[str]  # shown in the report's provenance
-    # the prepare stage's differences from the published split; absent in files written before
-    # the field (read as none), so prh.results/2 files stay readable
+    # the prepare stage's differences from the published split (the aggregate stage always
+    # writes it; a file without it reads as none, so hand-built results need not carry it)
     data_warnings: NotRequired[list[str]]
     k: int
     n_test: int
@@ -211,6 +214,7 @@ class Results(TypedDict):
 class RunIdentity(TypedDict):
     arm: str
     seed: int
+    params_hash: str  # Params.arm_hash it was scored under (aggregate compares it)
 
 
 class RunMetric(TypedDict):

@@ -51,14 +51,25 @@ class RerunPath(TypedDict):
     claims: list[str]
 
 
+class Family(TypedDict):
+    """The Holm family of the claims judged from sampled runs (harness.audit.judge.family)."""
+
+    k: int
+    differs: int
+    alpha: float
+    beyond_unadjusted: int
+
+
 class Audit(TypedDict):
     """reports/audit.json."""
 
+    profile: NotRequired[str]
     claims: list[ClaimRow]
     arithmetic: list[CheckRow]
     at_chance: NotRequired[dict[str, dict[str, AtChance]]]  # arm -> metric -> its interval
     rerun_paths: NotRequired[dict[str, RerunPath]]
     summary: dict[str, int]
+    family: NotRequired[Family]  # the first page's Holm line (family_line)
 
 
 AUDIT = Schema("prh.audit", 1, "audit", Audit)  # reports/audit.json
