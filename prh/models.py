@@ -147,6 +147,15 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def parameter_counts(encoder: nn.Module, projector: nn.Module | None) -> dict[str, int]:
+    """What a run's parameter count holds: the encoder's (its word embeddings included, which
+    next-token reads as its tied output head: that arm has no head of its own) and the
+    projector's (the JEPA arms' only; 0 for next-token), and their total."""
+    enc = count_parameters(encoder)
+    proj = 0 if projector is None else count_parameters(projector)
+    return {"encoder": enc, "projector": proj, "total": enc + proj}
+
+
 class Projector(nn.Module):
     """stable-pretraining's default LeJEPA projector (`methods/lejepa.py`, `backbone/mlp.py`).
 

@@ -42,7 +42,13 @@ from prh.distributed import Process, ddp_wrap, process_group
 from prh.encode_text import make_encode, make_val_loss
 from prh.io import write_json
 from prh.losses import SIGReg, lejepa_loss, ntp_loss
-from prh.models import Projector, TextEncoder, TextEncoderConfig, count_parameters
+from prh.models import (
+    Projector,
+    TextEncoder,
+    TextEncoderConfig,
+    count_parameters,
+    parameter_counts,
+)
 from prh.tokenizer import Tokenizer
 from prh.train_config import (
     Resolved,
@@ -293,7 +299,9 @@ def _resolved_config(state: TrainState, enc_cfg: TextEncoderConfig, identity: st
     cfg = state.cfg
     return {"train": cfg.to_dict(), "encoder": asdict(enc_cfg), "identity": identity,
             "world_size": proc.world, "device": str(proc.device), "lamb": resolved.lamb,
-            "n_parameters": count_parameters(state.net), "steps_per_epoch": steps_per_epoch,
+            "n_parameters": count_parameters(state.net),
+            "parameters": parameter_counts(state.net.encoder, state.net.projector),
+            "steps_per_epoch": steps_per_epoch,
             "effective_sigreg_weight": resolved.effective_sigreg_weight}
 
 

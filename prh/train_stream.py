@@ -40,7 +40,7 @@ from prh.checkpoint import (
 )
 from prh.distributed import process_group
 from prh.io import ContractError, write_json
-from prh.models import count_parameters
+from prh.models import count_parameters, parameter_counts
 from prh.stream import Accounting, StreamConfig, StreamData, read_texts, sample_rows, steps_for
 from prh.tokenizer import Tokenizer
 from prh.train import build_state, lr_at, train_step
@@ -81,7 +81,9 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
                 "stream": {**asdict(stream), "checkpoints": list(stream.checkpoints())},
                 "encoder": asdict(enc_cfg), "identity": identity, "world_size": proc.world,
                 "device": str(proc.device), "lamb": resolve(cfg, proc.world).lamb,
-                "n_parameters": count_parameters(state.net), "steps": total,
+                "n_parameters": count_parameters(state.net),
+                "parameters": parameter_counts(state.net.encoder, state.net.projector),
+                "steps": total,
                 "global_batch": batch, "samples_available": int(data.rows.size)})
             for row in rows if on_checkpoint is not None else ():
                 on_checkpoint(dict(row))  # a tracker that missed them before the kill

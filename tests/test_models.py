@@ -151,3 +151,16 @@ def test_bad_configs_raise() -> None:
         TextEncoderConfig(pooling="max")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="divisible"):
         TextEncoderConfig(hidden=100, heads=12)
+
+
+def test_parameter_counts_split_a_run_into_encoder_and_projector() -> None:
+    """A JEPA arm's count is its encoder's and its projector's; next-token has no projector
+    and no head of its own (its output head is the encoder's word embeddings)."""
+    from prh.models import parameter_counts
+
+    enc, proj = build_text_encoder(TINY), Projector(TINY.hidden, 32, 64)
+    parts = parameter_counts(enc, proj)
+    assert parts == {"encoder": bert_parameters(TINY), "projector": count_parameters(proj),
+                     "total": count_parameters(torch.nn.ModuleList([enc, proj]))}
+    assert parameter_counts(enc, None) == {"encoder": bert_parameters(TINY), "projector": 0,
+                                           "total": bert_parameters(TINY)}

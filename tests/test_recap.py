@@ -243,6 +243,10 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
                                  html)
                 assert cell and int(cell.group(1).replace(",", "")) == row[key], (arm, key)
         mlflow.set_tracking_uri(uri)
+        parts = run["config"]["parameters"]  # the report says what the count holds
+        assert parts["encoder"] + parts["projector"] == parts["total"] > parts["encoder"] > 0 \
+            if arm == "good" else parts["projector"] == 0 and parts["total"] == parts["encoder"]
+        assert f"encoder {parts['encoder']:,}" in html
         history = mlflow.tracking.MlflowClient().get_metric_history(run["mlflow_run_id"],
                                                                     "unique_images")
         assert [(m.step, m.value) for m in history] == [
