@@ -38,7 +38,6 @@ from harness.records.schemas import (
     THEORY,
     Results,
     Schema,
-    shape_problem,
 )
 from harness.records.verdicts import AUDIT, Audit
 from harness.report import measures, plots
@@ -95,8 +94,7 @@ def load_input(path: Path, stage: str, schema: Schema | None = None) -> tuple[An
             data = read_json(path)
     except (ContractError, yaml.YAMLError) as e:
         return None, absent(path, stage, f"unreadable: {e}")
-    found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-    problem = schema and (schema.problem(found) or shape_problem(data, schema.shape, ""))
+    problem = schema and schema.unreadable(data)
     if problem:
         return None, absent(path, stage, f"{problem}; rerun the stage")
     return data, None
