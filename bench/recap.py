@@ -45,7 +45,7 @@ def synthetic_subset(folder: Path, images: int, seed: int = 0) -> Path:
     import pyarrow.parquet as pq
 
     from prh.recap import RecapConfig
-    from prh.recap_subset import write_subset
+    from prh.recap_subset import build_subset
 
     rng = np.random.default_rng(seed)
     lexicon = [f"w{i}" for i in range(5000)]
@@ -67,20 +67,22 @@ def synthetic_subset(folder: Path, images: int, seed: int = 0) -> Path:
                                  "sources": {"alt": ["org_caption"], "recap": ["re_caption"]}})
     out = folder / "subset"
     out.mkdir()
-    write_subset(cfg, out, 62)  # the flickr30k profile's max_len 64 less [CLS] and [SEP]
+    build_subset(cfg, out, 62, folder / "work")  # the flickr30k profile's max_len 64 less 2
     return out
 
 
-def measure(subset: Path, a: argparse.Namespace) -> dict:
-    """Time `a.steps` steps of the loop body after `a.warmup` untimed ones."""
+def measure(subset: Path, a: argparse.Namespace, orders: Path) -> dict:
+    """Time `a.steps` steps of the loop body after `a.warmup` untimed ones (the epoch order
+    written to `orders` first, as rank 0 does)."""
     from prh.batches import CaptionBank, step_groups
     from prh.distributed import Process
-    from prh.stream import StreamData, read_texts, sample_rows
+    from prh.stream import EpochOrder, StreamData, read_texts
     from prh.tokenizer import Tokenizer
     from prh.train import build_state, train_step
     from prh.train_config import TrainConfig, encoder_config, view_config
 
     data = StreamData.open(subset, a.sources.split(","))
+    order = EpochOrder.write(orders, 0, data, (a.warmup + a.steps) * a.batch)
     tokenizer = Tokenizer.load(subset / "tokenizer")
     dev = torch.device("cuda" if a.device == "cuda" else "cpu")
     cfg = TrainConfig.from_dict({"arm": a.arm, "batch_size": a.batch, "max_len": a.max_len,
@@ -94,7 +96,7 @@ def measure(subset: Path, a: argparse.Namespace) -> dict:
     def step(k: int) -> None:
         nonlocal host_s
         t = time.perf_counter()
-        rows = sample_rows(0, k * a.batch, a.batch, int(data.rows.size))
+        rows = order.rows(k * a.batch, a.batch)
         texts = [read_texts(x, a.arm == "good", rng) for x in data.sample_texts(rows)]
         bank = CaptionBank.from_token_lists(texts, views, tokenizer.pad_id)
         groups = step_groups(bank, np.arange(a.batch), cfg, views, tokenizer, rng, dev)
@@ -154,7 +156,7 @@ def main() -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         subset = a.subset or synthetic_subset(Path(tmp), a.images)
-        r = measure(subset, a)
+        r = measure(subset, a, Path(tmp) / "order")
     print(f"{a.preset} {a.arm} batch {a.batch} on {r['device']}: step {r['step_s'] * 1e3:.1f} "
           f"ms ({r['host_s'] * 1e3:.1f} ms reading and building the batch); "
           f"{r['texts_per_sample']:.2f} texts, {r['tokens_per_sample']:.1f} tokens and "

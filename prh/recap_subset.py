@@ -1,116 +1,356 @@
-"""The web-text subset written for training (pipelines/recap/dvc.yaml, stage `recap`): the
-texts of the first `images` rows of the shards (prh.recap's order) as parquet shards, one per
-shard read, the WordPiece tokenizer trained on the first `tokenizer_sample` texts, and every
-text tokenised into a `datasets` table that prh.stream reads memory-mapped; with the counts a
-run's samples and GPU-hours are projected from. The paraphrase stage tokenises its texts the
-same way (`tokenize`)."""
+"""The web-text subset written for training (pipelines/recap/dvc.yaml, stage `recap`), built as
+datatrove pipeline steps (Hugging Face `datatrove`: one pipeline run by `LocalPipelineExecutor`, a
+process pool, on one machine; tasks are the shards, so memory per worker is one shard's, whatever
+the subset's size).
+
+The subset of N images (prh.recap's definition): the N distinct keys with the smallest
+h = `key_order(seed, key)` among rows with a non-blank text of a source, each key's row its first
+in canonical order. Steps, each writing under the build's work folder:
+
+1. signature (a task per shard): (h, row, texts) of the shard's rows with a text, sorted by (h,
+   row) into sig/NNNNN.npy (`Signature`).
+2. select (one task): the sorted signatures merged in chunks; the first N distinct h are kept,
+   each shard's kept (row, h) appended to select/NNNNN.bin, with the counts (`Select`).
+3. texts (a task per shard): the kept rows' texts per source, in row order, as
+   texts-NNNNN.parquet (row, key, h, one list column per source) (`Texts`).
+4. tokenizer (one task): WordPiece trained on the texts of the first kept keys in h order, up to
+   `tokenizer_sample` texts: a sample that does not depend on shard order (`TrainTokenizer`).
+5. tokens (a task per shard): `encode_batch` per source into tokens/NNNNN.arrow (uint16 ids where
+   the vocabulary fits), read memory-mapped by prh.stream (`Tokens`).
+
+A killed build resumes at task granularity: datatrove marks each finished task in the work folder
+and skips it on the next run (`skip_completed`). The paraphrase stage tokenises its texts the same
+way (`tokenize_file`).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from datatrove.pipeline.base import PipelineStep
 
-def write_subset(cfg: Any, out: Path, cut: int) -> dict[str, Any]:
-    """Write the subset's texts and tokenizer into `out`; return the counts, with the texts
-    longer than `cut` tokens (what the encoder sees of them is their first `cut`)."""
-    import numpy as np
+from prh.recap import (
+    TOKENS,
+    RecapConfig,
+    RecapError,
+    Shard,
+    check_shards,
+    key_order,
+    source_texts,
+    text_counts,
+)
+
+SIGNATURE = np.dtype([("h", "<u8"), ("row", "<u4"), ("texts", "<u2")])
+KEPT = np.dtype([("row", "<u4"), ("h", "<u8")])
+MERGE_RECORDS = 1 << 22  # signatures held by the select step per merge round, all shards together
+MIN_CHUNK = 1024  # each shard's share of a round at least (many shards: rounds over MERGE_RECORDS)
+
+
+class _Step(PipelineStep):
+    """A build step over the checked shards: task `rank` is shard `rank` (or the one task)."""
+
+    type = "prh-recap"
+
+    def __init__(self, cfg: RecapConfig, shards: Sequence[Shard], work: Path) -> None:
+        super().__init__()
+        self.cfg, self.shards, self.work = cfg, list(shards), Path(work)
+
+    def write_stats(self, kind: str, rank: int, stats: dict[str, Any]) -> None:
+        path = self.work / "stats" / f"{kind}-{rank:05d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stats))
+        os.replace(tmp, path)
+
+
+class Signature(_Step):
+    """Step 1: sig/NNNNN.npy, the shard's rows with a key and a text as (h, row, texts) sorted
+    by (h, row); stats: rows read, rows without a text, rows without a key (and the first)."""
+
+    name = "signature"
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        import pyarrow.parquet as pq
+
+        cfg, shard = self.cfg, self.shards[rank]
+        parts, texted, keyless, first_keyless, start = [], 0, 0, None, 0
+        for batch in pq.ParquetFile(shard.path).iter_batches(batch_size=1 << 16,
+                                                             columns=cfg.columns):
+            counts = sum(text_counts(batch, cols) for _, cols in cfg.sources)
+            null = np.asarray(batch.column(cfg.key).is_null(), dtype=bool)
+            if null.any() and first_keyless is None:
+                first_keyless = start + int(np.flatnonzero(null)[0])
+            keyless += int(null.sum())
+            texted += int((counts > 0).sum())
+            at = np.flatnonzero((counts > 0) & ~null)
+            keys = batch.column(cfg.key).take(at)
+            rec = np.empty(at.size, SIGNATURE)
+            rec["h"] = key_order(cfg.seed, keys)
+            rec["row"] = at + start
+            rec["texts"] = np.minimum(counts[at], np.iinfo(np.uint16).max)
+            parts.append(rec)
+            start += batch.num_rows
+        sig = np.concatenate(parts) if parts else np.empty(0, SIGNATURE)
+        sig = sig[np.lexsort((sig["row"], sig["h"]))]
+        _save(self.work / "sig" / f"{rank:05d}.npy", sig)
+        self.write_stats("signature", rank, {"rows": start, "without_text": start - texted,
+                                             "without_key": keyless,
+                                             "first_without_key": first_keyless})
+
+
+class Select(_Step):
+    """Step 2 (one task): the first `images` distinct h over every shard's signature, merged in
+    rounds of at most MERGE_RECORDS signatures; writes select/NNNNN.bin (KEPT records, h order)
+    and select/summary.json (kept, rows repeating a kept key, the last kept h, and the h up to
+    which the kept keys' texts make the tokenizer's sample)."""
+
+    name = "select"
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        cfg, out = self.cfg, self.work / "select"
+        shutil.rmtree(out, ignore_errors=True)  # a killed select starts over
+        out.mkdir(parents=True)
+        sigs = [np.load(self.work / "sig" / f"{i:05d}.npy", mmap_mode="r")
+                for i in range(len(self.shards))]
+        at = [0] * len(sigs)
+        chunk = max(MIN_CHUNK, MERGE_RECORDS // max(len(sigs), 1))
+        kept = repeats = sample_texts = 0
+        last = sample_h = None
+        while kept < cfg.images:
+            live = [i for i, s in enumerate(sigs) if at[i] < s.size]
+            if not live:
+                break
+            top = min(int(sigs[i]["h"][min(at[i] + chunk, sigs[i].size) - 1]) for i in live)
+            take = []  # every signature with h <= top: no h is split between rounds
+            for i in live:
+                end = at[i] + int(np.searchsorted(sigs[i]["h"][at[i]:], top, side="right"))
+                part = np.asarray(sigs[i][at[i]:end])
+                take.append((np.full(part.size, i, np.int64), part))
+                at[i] = end
+            shard = np.concatenate([s for s, _ in take])
+            rec = np.concatenate([p for _, p in take])
+            order = np.lexsort((rec["row"], shard, rec["h"]))
+            shard, rec = shard[order], rec[order]
+            first = np.r_[True, rec["h"][1:] != rec["h"][:-1]]
+            firsts = np.flatnonzero(first)[:cfg.images - kept]
+            if firsts.size < first.sum():  # the subset ends inside this round
+                cut = np.searchsorted(rec["h"], rec["h"][firsts[-1]], side="right")
+                shard, rec, first = shard[:cut], rec[:cut], first[:cut]
+            repeats += int(first.size - firsts.size)
+            kept += int(firsts.size)
+            last = int(rec["h"][firsts[-1]])
+            texts = np.cumsum(rec["texts"][firsts].astype(np.int64)) + sample_texts
+            if sample_h is None and texts.size:
+                if texts[-1] >= cfg.tokenizer_sample:
+                    sample_h = int(rec["h"][firsts[np.searchsorted(texts, cfg.tokenizer_sample)]])
+                sample_texts = int(texts[-1])
+            self._append(out, shard[firsts], rec[firsts])
+        summary = {"kept": kept, "repeats": repeats, "last_h": last,
+                   "sample_h": last if sample_h is None else sample_h}
+        (out / "summary.json").write_text(json.dumps(summary))
+
+    @staticmethod
+    def _append(out: Path, shard: np.ndarray, rec: np.ndarray) -> None:
+        order = np.argsort(shard, kind="stable")
+        shard, rec = shard[order], rec[order]
+        bounds = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            block = np.empty(b - a, KEPT)
+            block["row"], block["h"] = rec["row"][a:b], rec["h"][a:b]
+            with open(out / f"{int(shard[a]):05d}.bin", "ab") as f:
+                f.write(block.tobytes())
+
+
+class Texts(_Step):
+    """Step 3: texts-NNNNN.parquet, the shard's kept rows in row order with their texts per
+    source; stats: texts and images without one, per source."""
+
+    name = "texts"
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        cfg, path = self.cfg, self.work / "select" / f"{rank:05d}.bin"
+        kept = np.sort(np.fromfile(path, KEPT), order="row") if path.exists() else None
+        names = [name for name, _ in cfg.sources]
+        stats = {n: {"texts": 0, "images_without": 0} for n in names}
+        if kept is not None and kept.size:
+            table = pq.read_table(self.shards[rank].path, columns=cfg.columns)
+            table = table.take(pa.array(kept["row"].astype(np.int64)))
+            offset = sum(s.rows for s in self.shards[:rank])
+            texts = source_texts(table, cfg.sources)
+            out = pa.table({"row": pa.array(kept["row"].astype(np.int64) + offset),
+                            "key": table.column(cfg.key).cast(pa.string()),
+                            "h": pa.array(kept["h"]), **texts})
+            pq.write_table(out, _tmp(self.work / "texts" / f"texts-{rank:05d}.parquet"))
+            os.replace(_tmp(self.work / "texts" / f"texts-{rank:05d}.parquet"),
+                       self.work / "texts" / f"texts-{rank:05d}.parquet")
+            for name in names:
+                lengths = texts[name].value_lengths().to_numpy()
+                stats[name] = {"texts": int(lengths.sum()),
+                               "images_without": int((lengths == 0).sum())}
+        self.write_stats("texts", rank, stats)
+
+
+class TrainTokenizer(_Step):
+    """Step 4 (one task): the tokenizer trained on the kept texts of h <= select's sample_h,
+    in h order, sources in params order, cut at `tokenizer_sample` texts."""
+
+    name = "tokenizer"
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from prh.tokenizer import train_tokenizer
+
+        cfg = self.cfg
+        names = [name for name, _ in cfg.sources]
+        bound = json.loads((self.work / "select" / "summary.json").read_text())["sample_h"]
+        parts = []
+        for path in sorted((self.work / "texts").glob("texts-*.parquet")):
+            table = pq.read_table(path, columns=["h", *names])
+            parts.append(table.filter(pc.less_equal(table.column("h"),
+                                                    pa.scalar(bound or 0, pa.uint64()))))
+        table = pa.concat_tables(parts) if parts else None
+        sample: list[str] = []
+        if table is not None and table.num_rows:
+            table = table.take(pc.sort_indices(table.column("h")))
+            columns = [table.column(n).to_pylist() for n in names]
+            sample = [t for row in zip(*columns, strict=True) for texts in row
+                      for t in texts][:cfg.tokenizer_sample]
+        tokenizer = train_tokenizer(sample, cfg.vocab_size)
+        shutil.rmtree(self.work / "tokenizer", ignore_errors=True)
+        tokenizer.save(self.work / "tokenizer")
+        self.write_stats("tokenizer", 0, {"sample_texts": len(sample),
+                                          "vocab_size": tokenizer.vocab_size})
+
+
+class Tokens(_Step):
+    """Step 5: tokens/NNNNN.arrow from texts-NNNNN.parquet (`tokenize_file`); stats per
+    source: tokens, [UNK]s, texts longer than `cut` tokens."""
+
+    name = "tokens"
+
+    def __init__(self, cfg: RecapConfig, shards: Sequence[Shard], work: Path, cut: int) -> None:
+        super().__init__(cfg, shards, work)
+        self.cut = cut
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        from prh.tokenizer import Tokenizer
+
+        src = self.work / "texts" / f"texts-{rank:05d}.parquet"
+        names = [name for name, _ in self.cfg.sources]
+        stats = ({n: {"tokens": 0, "unk_tokens": 0, "texts_cut": 0} for n in names}
+                 if not src.exists() else
+                 tokenize_file(src, names, Tokenizer.load(self.work / "tokenizer"),
+                               self.work / TOKENS / f"{rank:05d}.arrow", self.cut))
+        self.write_stats("tokens", rank, stats)
+
+
+def tokenize_file(src: Path, names: Sequence[str], tokenizer: Any, dest: Path,
+                  cut: int) -> dict[str, dict[str, int]]:
+    """The list columns `names` of parquet file `src` tokenised (one list of token-id lists per
+    row and source, uint16 ids where the vocabulary fits) into Arrow stream file `dest`, which
+    prh.stream memory-maps; per source: its tokens, of them the [UNK]s (a word the tokenizer
+    cannot spell, a 10,000-character one say, is one [UNK]), and its texts longer than `cut`."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from prh.recap import check_shards, iter_subset, key_hashes, source_texts
-    from prh.tokenizer import train_tokenizer
-
-    # footers, and every key of the subset's rows present (harness run --check does the same)
-    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
-    names = [name for name, _ in cfg.sources]
-    counts = {n: {"texts": 0, "images_without": 0, "tokens": 0} for n in names}
-    sample: list[str] = []
-    hashes, written, writer, current = [], [], None, -1
-    for shard, first, batch in iter_subset(shards, cfg.columns, cfg.images):
-        texts = source_texts(batch, cfg.sources)
-        for name in names:
-            counts[name]["texts"] += sum(map(len, texts[name]))
-            counts[name]["images_without"] += sum(not t for t in texts[name])
-        for i in range(len(batch[cfg.key])):
-            if len(sample) >= cfg.tokenizer_sample:
-                break
-            sample += [t for name in names for t in texts[name][i]]
-        hashes.append(key_hashes(batch[cfg.key]))
-        n = len(batch[cfg.key])
-        table = pa.table({"row": pa.array(np.arange(first, first + n), pa.int64()),
-                          "key": pa.array([str(k) for k in batch[cfg.key]], pa.string()),
-                          **{name: pa.array(texts[name], pa.list_(pa.string()))
-                             for name in names}})
-        if shard != current:  # one written shard per shard read, the same rows
-            if writer is not None:
-                writer.close()
-            written.append(out / f"texts-{shard:05d}.parquet")
-            writer, current = pq.ParquetWriter(written[-1], table.schema), shard
-        writer.write_table(table)
-    writer.close()
-    sample = sample[:cfg.tokenizer_sample]
-    tokenizer = train_tokenizer(sample, cfg.vocab_size)
-    tokenizer.save(out / "tokenizer")
-    keys, key_ids = np.unique(np.concatenate(hashes), return_inverse=True)
-    tokens, unknown, longer = tokenize(written, names, tokenizer, key_ids, out, cut)
+    ids = pa.uint16() if tokenizer.vocab_size <= 1 << 16 else pa.uint32()
+    table = pq.read_table(src, columns=list(names))
+    columns, stats = {}, {}
     for name in names:
-        counts[name]["tokens"] = int(tokens[name])
-        counts[name]["unk_tokens"] = int(unknown[name])
-        counts[name]["texts_cut"] = int(longer[name])
-    unique = int(keys.size)
-    return {"images": cfg.images, "unique_images": unique,
-            "duplicate_key_rows": cfg.images - unique,
+        texts = pc.list_flatten(table.column(name)).to_pylist()
+        encoded = tokenizer.encode_batch(texts) if texts else []
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        flat = np.fromiter((i for e in encoded for i in e), np.int64, int(lengths.sum()))
+        inner = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()),
+                                         pa.array(flat, ids))
+        outer = table.column(name).combine_chunks()
+        columns[name] = pa.ListArray.from_arrays(outer.offsets, inner)
+        stats[name] = {"tokens": int(lengths.sum()),
+                       "unk_tokens": int((flat == tokenizer.unk_id).sum()),
+                       "texts_cut": int((lengths > cut).sum())}
+    out = pa.table(columns)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(_tmp(dest)), "wb") as sink, pa.ipc.new_stream(sink, out.schema) as w:
+        w.write_table(out)
+    os.replace(_tmp(dest), dest)
+    return stats
+
+
+def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
+                 workers: int | None = None) -> dict[str, Any]:
+    """Run the five steps with `workers` processes (default: the cores) in `work`, move the
+    texts, tokenizer and tokens into `out`, and return the summary's counts. `work` keeps the
+    finished tasks of a killed build; the caller removes it once `out` is in place."""
+    from datatrove.executor import LocalPipelineExecutor
+
+    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)  # footers first
+    workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
+    steps = [(Signature(cfg, shards, work), len(shards)), (Select(cfg, shards, work), 1),
+             (Texts(cfg, shards, work), len(shards)), (TrainTokenizer(cfg, shards, work), 1),
+             (Tokens(cfg, shards, work, cut), len(shards))]
+    for step, tasks in steps:
+        LocalPipelineExecutor([step], tasks=tasks, workers=min(workers, tasks),
+                              logging_dir=str(work / "logs" / step.name),
+                              start_method="spawn").run()
+        if isinstance(step, Select):
+            selected = json.loads((work / "select" / "summary.json").read_text())
+            if selected["kept"] < cfg.images:
+                raise RecapError(f"{cfg.data}: {selected['kept']:,} distinct keys with a text "
+                                 f"of recap.sources, fewer than recap.images = {cfg.images:,}; "
+                                 "copy more shards or lower recap.images")
+    for part in ("texts", "tokens"):
+        stats = [json.loads(p.read_text()) for p in sorted((work / "stats").glob(f"{part}-*"))]
+        for name, _ in cfg.sources:
+            for s in stats:
+                for k, v in s[name].items():
+                    selected.setdefault(name, {}).setdefault(k, 0)
+                    selected[name][k] += v
+    read = [json.loads(p.read_text()) for p in sorted((work / "stats").glob("signature-*"))]
+    tok = json.loads((work / "stats" / "tokenizer-00000.json").read_text())
+    written = sorted(p.name for p in (work / "texts").glob("texts-*.parquet"))
+    for name in written:
+        os.replace(work / "texts" / name, out / name)
+    shutil.move(str(work / "tokenizer"), out / "tokenizer")
+    shutil.move(str(work / TOKENS), out / TOKENS)
+    return {"images": cfg.images, "seed": cfg.seed, "unique_images": selected["kept"],
+            "rows_read": sum(r["rows"] for r in read),
+            "rows_without_text": sum(r["without_text"] for r in read),
+            "rows_without_key": sum(r["without_key"] for r in read),
+            "first_without_key": next(
+                ({"path": s.path.relative_to(cfg.data).as_posix(), "row": r["first_without_key"]}
+                 for s, r in zip(shards, read, strict=True)
+                 if r["first_without_key"] is not None), None),
+            "duplicate_key_rows": selected["repeats"],
             "shards_read": [{"path": s.path.relative_to(cfg.data).as_posix(), "rows": s.rows}
                             for s in shards],
-            "sources": {name: {"columns": list(cols), **counts[name],
-                               "tokens_per_text": counts[name]["tokens"]
-                               / max(counts[name]["texts"], 1)}
+            "sources": {name: {"columns": list(cols), **selected[name],
+                               "tokens_per_text": selected[name]["tokens"]
+                               / max(selected[name]["texts"], 1)}
                         for name, cols in cfg.sources},
-            "tokenizer": {"vocab_size": tokenizer.vocab_size, "sample_texts": len(sample)},
-            "cut_at": cut,
-            "written": [p.name for p in written]}
+            "tokenizer": {"vocab_size": tok["vocab_size"], "sample_texts": tok["sample_texts"]},
+            "cut_at": cut, "written": written}
 
 
-def tokenize(written: list[Path], names: list[str], tokenizer: Any, key_ids: Any,
-             out: Path, cut: int) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """The written texts tokenised, one list of token-id lists per source, with each row's
-    image (prh.stream.KEY_ID; None: no such column), saved as a `datasets` table in out/tokens
-    (prh.stream reads it memory-mapped); returns the tokens per source and, of them, the
-    [UNK]s (a word the tokenizer cannot spell, a 10,000-character one say, is one [UNK]), and
-    the texts longer than `cut` tokens."""
-    import shutil
+def _save(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(_tmp(path), "wb") as f:
+        np.save(f, array)
+    os.replace(_tmp(path), path)
 
-    import datasets
-    import pyarrow.compute as pc
 
-    from prh.recap import KEY_ID, TOKENS
-
-    def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        encoded = {}
-        for name in names:
-            ids = iter(tokenizer.encode_batch([t for texts in batch[name] for t in texts]))
-            encoded[name] = [[next(ids) for _ in texts] for texts in batch[name]]
-        return encoded
-
-    datasets.disable_progress_bars()  # the stage prints its own line
-    ids = datasets.List(datasets.List(datasets.Value("int32")))
-    cache = out / ".cache"
-    table = datasets.Dataset.from_parquet([str(p) for p in written], cache_dir=str(cache))
-    table = table.map(encode, batched=True,
-                      remove_columns=[c for c in table.column_names if c not in names],
-                      features=datasets.Features({name: ids for name in names}),
-                      cache_file_name=str(cache / "tokens.arrow"))
-    if key_ids is not None:
-        table = table.add_column(KEY_ID, key_ids.astype("int32"))  # 940M keys fit
-    table.save_to_disk(str(out / TOKENS))
-    arrow = table.data.table
-    totals = {name: pc.sum(pc.list_value_length(pc.list_flatten(arrow.column(name)))).as_py()
-              or 0 for name in names}
-    unknown = {name: pc.sum(pc.equal(pc.list_flatten(pc.list_flatten(arrow.column(name))),
-                                     tokenizer.unk_id)).as_py() or 0 for name in names}
-    longer = {name: pc.sum(pc.greater(pc.list_value_length(pc.list_flatten(arrow.column(name))),
-                                      cut)).as_py() or 0 for name in names}
-    del table, arrow
-    shutil.rmtree(cache)
-    return totals, unknown, longer
+def _tmp(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.tmp")

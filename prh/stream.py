@@ -10,10 +10,16 @@ would see other batches. A memory-mapped Arrow table can be read at any row, so 
 an index permutation per epoch and the whole state of the stream is one integer, the samples
 drawn; 940M rows of token ids stay on disk, paged in as read.
 
-- The sample at position p (0, 1, ... over the run) is row perm_e[p mod n] of epoch
-  e = p div n, perm_e the permutation of the n rows from (seed, e) (`sample_rows`). Step s
-  reads positions s*G .. (s+1)*G - 1, G = batch_size x world size; rank r takes every
-  world-th of them from r. The global batch does not depend on the number of ranks.
+- The subset is deduplicated when it is built (prh.recap_subset), so a row is an image. The
+  samples are the n rows with a text of the run's sources; the sample at position p (0, 1,
+  ... over the run) is rows[perm_e[p mod n]] of epoch e = p div n, perm_e the permutation of
+  0 .. n-1 from (seed, e) (`epoch_permutation`). Step s reads positions s*G .. (s+1)*G - 1,
+  G = batch_size x world size; rank r takes every world-th of them from r. The global batch
+  does not depend on the number of ranks.
+- Ranks hold nothing per row (the way Megatron-LM shares its shuffle index): rank 0 writes
+  each epoch's rows[perm_e] once, before step 0, as one .npy file (uint32) per epoch
+  (`EpochOrder.write`), and every rank memory-maps them (`EpochOrder.rows`). Within an epoch
+  no row is drawn twice, so the unique images after S samples are min(S, n).
 - A sample is one image: every text of the chosen sources (`StreamData.sample_texts`). A
   good-view sample reads them all (the views draw among them); a bad-view and a next-token
   sample read one, drawn uniformly (`read_texts`), as prh.views.choose_captions and
@@ -23,18 +29,17 @@ drawn; 940M rows of token ids stay on disk, paged in as read.
 
 from __future__ import annotations
 
-import functools
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from prh.io import ContractError
-from prh.recap import KEY_ID, TOKENS
+from prh.recap import TOKENS
 
 
 class StreamError(ContractError):
@@ -88,9 +93,11 @@ def log_schedule(first: int, last: int, per_decade: int) -> tuple[int, ...]:
     return (*points, last)
 
 
-@functools.lru_cache(maxsize=2)
-def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """perm_e: 0 .. n-1 shuffled by numpy's generator from (seed, epoch), uint32 (4n bytes)."""
+    out = np.arange(n, dtype=np.uint32)
+    np.random.default_rng([seed, epoch]).shuffle(out)
+    return out
 
 
 def _fingerprint(folders: list[Path], sources: Sequence[str]) -> str:
@@ -110,14 +117,62 @@ def _fingerprint(folders: list[Path], sources: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def sample_rows(seed: int, start: int, count: int, n: int) -> np.ndarray:
-    """Rows (0 .. n-1) of sample positions start .. start + count - 1 (the module's order)."""
+def sample_rows(seed: int, start: int, count: int, rows: np.ndarray) -> np.ndarray:
+    """Rows of sample positions start .. start + count - 1 (the module's order), computed in
+    memory: the definition `EpochOrder` writes to files."""
     positions = np.arange(start, start + count, dtype=np.int64)
-    out = np.empty(count, dtype=np.int64)
+    n, out = rows.size, np.empty(count, dtype=np.int64)
     for epoch in np.unique(positions // n):
         at = positions // n == epoch
-        out[at] = _permutation(seed, int(epoch), n)[positions[at] % n]
+        out[at] = rows[epoch_permutation(seed, int(epoch), n)[positions[at] % n]]
     return out
+
+
+class EpochOrder:
+    """The order files of one (samples, seed): folder/eNNNN.npy, epoch e's rows[perm_e] as
+    uint32, memory-mapped (each rank pages in only its positions)."""
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder, self.n = Path(folder), n
+        self._open: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def write(cls, folder: Path, seed: int, data: StreamData, samples: int) -> EpochOrder:
+        """Write the files of the epochs `samples` samples reach (one process, before step 0;
+        a file already there is kept: its name fixes its content)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = None
+        for epoch in range(math.ceil(samples / data.available)):
+            path = folder / f"e{epoch:04d}.npy"
+            if path.exists():
+                continue
+            rows = data.texted_rows() if rows is None else rows
+            tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+            order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint32,
+                                              shape=(rows.size,))
+            order[:] = rows
+            np.random.default_rng([seed, epoch]).shuffle(order)  # rows[perm_e], in place
+            order.flush()
+            del order
+            os.replace(tmp, path)
+        return cls(folder, data.available)
+
+    def rows(self, start: int, count: int) -> np.ndarray:
+        """Rows of sample positions start .. start + count - 1."""
+        positions = np.arange(start, start + count, dtype=np.int64)
+        out = np.empty(count, dtype=np.int64)
+        for epoch in np.unique(positions // self.n):
+            e = int(epoch)
+            if e not in self._open:
+                path = self.folder / f"e{e:04d}.npy"
+                if not path.is_file():
+                    raise StreamError(f"{path}: no order file for epoch {e}; the run's rank 0 "
+                                      "writes them before step 0 (EpochOrder.write)")
+                self._open[e] = np.load(path, mmap_mode="r")
+            at = positions // self.n == epoch
+            out[at] = self._open[e][positions[at] % self.n]
+        return out
 
 
 def read_texts(texts: Sequence[Sequence[int]], good_views: bool,
@@ -128,14 +183,12 @@ def read_texts(texts: Sequence[Sequence[int]], good_views: bool,
 
 @dataclass(frozen=True)
 class StreamData:
-    """The tokenised subset, memory-mapped, restricted to `sources`: `rows` are the table's
-    rows with at least one text of those sources (the samples), `key_ids` their images."""
+    """The tokenised subset, memory-mapped, restricted to `sources`: its samples are the rows
+    (images) with at least one text of those sources, `available` of them."""
 
     table: Any  # datasets.Dataset
     sources: tuple[str, ...]
-    rows: np.ndarray  # int32: 940M rows fit, at half the memory
-    key_ids: np.ndarray  # int32
-    n_keys: int
+    available: int
     fingerprint: str  # what the samples are (`_fingerprint`): part of a run's identity
 
     @classmethod
@@ -145,41 +198,66 @@ class StreamData:
         paraphrase source's beside them when `paraphrase` holds it
         (harness.stages.recap_paraphrase)."""
         import datasets
-        import pyarrow.compute as pc
 
         path = Path(subset) / TOKENS
-        if not (path / "dataset_info.json").is_file():
+        table = open_tokens(path)
+        if table is None:
             raise StreamError(f"{path}: no tokenised subset; run the recap stage "
                               "(`dvc repro pipelines/recap/dvc.yaml`)")
-        table = datasets.load_from_disk(str(path))
         extra = Path(paraphrase) / TOKENS if paraphrase else None
-        if extra is not None and (extra / "dataset_info.json").is_file():
-            more = datasets.load_from_disk(str(extra))
+        more = open_tokens(extra) if extra is not None else None
+        if more is not None:
             if more.num_rows != table.num_rows:
                 raise StreamError(f"{extra}: {more.num_rows} rows for the subset's "
                                   f"{table.num_rows}; rerun the recap_paraphrase stage")
             table = datasets.concatenate_datasets([table, more], axis=1)
         missing = [s for s in sources if s not in table.column_names]
         if missing:
-            have = [c for c in table.column_names if c != KEY_ID]
-            raise StreamError(f"{path}: no source {missing} (it has {have}); name sources "
-                              "the recap stage wrote in recap.train.sources, add them to "
-                              "recap.sources, or set recap.paraphrase.model for paraphrase")
-        arrow = table.data.table
-        counts = sum(pc.list_value_length(arrow.column(s)).fill_null(0).to_numpy()
-                     for s in sources)
-        rows = np.flatnonzero(counts > 0).astype(np.int32)
-        if rows.size == 0:
+            raise StreamError(f"{path}: no source {missing} (it has {table.column_names}); "
+                              "name sources the recap stage wrote in recap.train.sources, add "
+                              "them to recap.sources, or set recap.paraphrase.model for "
+                              "paraphrase")
+        data = cls(table.with_format(None), tuple(sources), 0,
+                   _fingerprint([Path(subset), *([extra.parent] if more is not None else [])],
+                                sources))
+        available = sum(int(np.count_nonzero(c)) for c in data._texted())
+        if available == 0:
             raise StreamError(f"{path}: no image has a text of {list(sources)}")
-        keys = arrow.column(KEY_ID).to_numpy()
-        return cls(table.with_format(None), tuple(sources), rows,
-                   keys[rows].astype(np.int32), int(keys.max()) + 1,
-                   _fingerprint([Path(subset), *([extra.parent] if extra else [])], sources))
+        return cls(data.table, data.sources, available, data.fingerprint)
 
-    def sample_texts(self, samples: np.ndarray) -> list[list[list[int]]]:
-        """Per sample (indices into `rows`): its texts' token ids, sources in order."""
-        picked = self.table.select_columns(list(self.sources))[self.rows[samples].tolist()]
-        return [[t for s in self.sources for t in picked[s][i]] for i in range(len(samples))]
+    def _texted(self) -> Any:
+        """Per record batch of the table: which rows hold a text of the sources (one batch's
+        arrays at a time, whatever the subset's size)."""
+        import pyarrow.compute as pc
+
+        arrow = self.table.data.table.select(list(self.sources))
+        for batch in arrow.to_batches():
+            yield sum(pc.list_value_length(batch.column(s)).fill_null(0).to_numpy(
+                zero_copy_only=False) for s in self.sources) > 0
+
+    def texted_rows(self) -> np.ndarray:
+        """The samples' rows (uint32, 4 bytes each: what `EpochOrder.write` permutes)."""
+        out, start = [], 0
+        for texted in self._texted():
+            out.append((np.flatnonzero(texted) + start).astype(np.uint32))
+            start += texted.size
+        return np.concatenate(out)
+
+    def sample_texts(self, rows: np.ndarray) -> list[list[list[int]]]:
+        """Per row drawn: its texts' token ids, sources in order."""
+        picked = self.table.select_columns(list(self.sources))[np.asarray(rows).tolist()]
+        return [[t for s in self.sources for t in picked[s][i]] for i in range(len(rows))]
+
+
+def open_tokens(folder: Path) -> Any:
+    """The Arrow files of a tokens folder (prh.recap_subset.tokenize_file writes them, one per
+    shard) as one memory-mapped `datasets.Dataset`, or None when it holds none."""
+    import datasets
+
+    files = sorted(Path(folder).glob("*.arrow")) if Path(folder).is_dir() else []
+    if not files:
+        return None
+    return datasets.concatenate_datasets([datasets.Dataset.from_file(str(f)) for f in files])
 
 
 # an account row (prh.train_stream): the step, Accounting.row, the mean loss since the last
@@ -191,32 +269,32 @@ ACCOUNT = ("step", "samples", "texts", "tokens", "view_tokens", "unique_images",
 class Accounting:
     """What a run has read, summed over ranks: samples (images drawn), texts and their tokens
     (cut at max_len - 2, what the encoder can see), view tokens (what the encoder computed on),
-    and the unique images among the samples (`seen`, one flag per key)."""
+    and the unique images among the samples: min(samples, available), as every epoch draws
+    each of the `available` images once (module docstring)."""
 
     samples: int
     texts: int
     tokens: int
     view_tokens: int
-    seen: np.ndarray
+    available: int
 
     @classmethod
-    def start(cls, n_keys: int) -> Accounting:
-        return cls(0, 0, 0, 0, np.zeros(n_keys, dtype=bool))
+    def start(cls, available: int) -> Accounting:
+        return cls(0, 0, 0, 0, available)
 
     def row(self) -> dict[str, int]:
         return {"samples": self.samples, "texts": self.texts, "tokens": self.tokens,
-                "view_tokens": self.view_tokens, "unique_images": int(self.seen.sum())}
+                "view_tokens": self.view_tokens,
+                "unique_images": min(self.samples, self.available)}
 
     def state(self) -> dict[str, Any]:
-        """Plain data for a checkpoint (the flags packed 8 to a byte)."""
-        return {**{k: v for k, v in self.row().items() if k != "unique_images"},
-                "n_keys": int(self.seen.size),
-                "seen": torch.from_numpy(np.packbits(self.seen))}
+        """Plain data for a checkpoint."""
+        return {"samples": self.samples, "texts": self.texts, "tokens": self.tokens,
+                "view_tokens": self.view_tokens, "available": self.available}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Accounting:
-        seen = np.unpackbits(d["seen"].numpy(), count=d["n_keys"])
-        return cls(d["samples"], d["texts"], d["tokens"], d["view_tokens"], seen.astype(bool))
+        return cls(d["samples"], d["texts"], d["tokens"], d["view_tokens"], d["available"])
 
 
 def steps_for(samples: int, global_batch: int) -> int:

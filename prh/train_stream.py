@@ -4,7 +4,8 @@ instead of epochs, with checkpoints at sample counts and an account of what was 
 
 Read it top to bottom: `train_stream` is the loop.
 
-Determinism: the samples of step s are a pure function of (seed, s) (prh.stream.sample_rows),
+Determinism: the samples of step s are a pure function of (seed, s) (prh.stream.EpochOrder,
+written by rank 0 before step 0 into out_dir/order/, one folder per samples and seed),
 and so are the texts they read and their views: every rank draws them for the whole global
 batch from (seed, s) and keeps its share (`step_groups(keep=...)`), so the global batch does
 not depend on the number of ranks. Dropout of step s on rank r comes from (seed, s, r)
@@ -41,7 +42,7 @@ from prh.checkpoint import (
 from prh.distributed import process_group
 from prh.io import ContractError, write_json
 from prh.models import count_parameters, parameter_counts
-from prh.stream import Accounting, StreamConfig, StreamData, read_texts, sample_rows, steps_for
+from prh.stream import Accounting, EpochOrder, StreamConfig, StreamData, read_texts, steps_for
 from prh.tokenizer import Tokenizer
 from prh.train import build_state, lr_at, train_step
 from prh.train_config import TrainConfig, encoder_config, resolve, run_identity, view_config
@@ -51,7 +52,8 @@ OnCheckpoint = Callable[[dict[str, Any]], None]
 
 def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, tokenizer: Tokenizer,
                  out_dir: Path, *, on_checkpoint: OnCheckpoint | None = None,
-                 stop_after: int | None = None) -> list[dict[str, Any]]:
+                 stop_after: int | None = None, orders: Path | None = None
+                 ) -> list[dict[str, Any]]:
     """Train `cfg.arm` on `data` for `stream.samples` samples; resume from
     out_dir/checkpoint.pt when it matches the run.
 
@@ -60,7 +62,8 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
     account (prh.stream.Accounting.row, the mean loss since the last row, the LR) to
     out_dir/accounting.json; `on_checkpoint(row)` runs then. checkpoint.pt is written there and
     every `stream.save_every` steps. `stop_after`: return after that many steps of this call
-    (a test's kill). Returns the account rows."""
+    (a test's kill). The epoch order files go to `orders` (default out_dir/order; every rank
+    must see rank 0's folder). Returns the account rows."""
     stream.validate()
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoint.pt"
@@ -73,7 +76,13 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
         total = steps_for(stream.samples, batch)
         warmup = steps_for(stream.warmup_samples, batch)
         scored = {steps_for(n, batch) for n in stream.checkpoints()}
-        step, acc, rows, loss = _resume(ckpt_path, identity, state, data.n_keys)
+        folder = (orders or out_dir / "order") / f"{data.fingerprint}-s{cfg.seed}"
+        if proc.rank == 0:
+            EpochOrder.write(folder, cfg.seed, data, total * batch)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # the order files exist before any rank reads them
+        order = EpochOrder(folder, data.available)
+        step, acc, rows, loss = _resume(ckpt_path, identity, state, data.available)
         if proc.rank == 0:
             write_json(out_dir / "config.json", {
                 "train": {k: v for k, v in cfg.to_dict().items()
@@ -84,7 +93,7 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
                 "n_parameters": count_parameters(state.net),
                 "parameters": parameter_counts(state.net.encoder, state.net.projector),
                 "steps": total,
-                "global_batch": batch, "samples_available": int(data.rows.size)})
+                "global_batch": batch, "samples_available": data.available})
             for row in rows if on_checkpoint is not None else ():
                 on_checkpoint(dict(row))  # a tracker that missed them before the kill
         counts = np.zeros(3, dtype=np.int64)  # texts, tokens, view tokens since the last save
@@ -93,8 +102,7 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
         while step < total:
             seed_epoch(cfg.seed, step, proc.rank)  # dropout: this rank's own stream
             rng = np.random.default_rng([cfg.seed, step])  # the global batch's draws: shared
-            drawn = sample_rows(cfg.seed, step * batch, batch, int(data.rows.size))
-            acc.seen[data.key_ids[drawn]] = True  # every rank marks the global batch
+            drawn = order.rows(step * batch, batch)
             texts = [read_texts(t, cfg.arm == "good", rng) for t in data.sample_texts(drawn)]
             bank = CaptionBank.from_token_lists(texts, views, tokenizer.pad_id)
             mine = np.arange(proc.rank, batch, proc.world)  # this rank's share
@@ -143,21 +151,21 @@ def train_stream(cfg: TrainConfig, stream: StreamConfig, data: StreamData, token
 def stream_identity(cfg: TrainConfig, stream: StreamConfig, enc_cfg: Any,
                     data: StreamData) -> str:
     """The run's config identity (prh.train_config.run_identity) with the stream's settings
-    but `save_every`, and the samples it draws from (their count, keys and fingerprint): a
+    but `save_every`, and the samples it draws from (their count and fingerprint): a
     checkpoint of other texts is never resumed."""
     blob = json.dumps({"train": run_identity(cfg, enc_cfg),
                        "stream": {k: v for k, v in asdict(stream).items() if k != "save_every"},
-                       "rows": int(data.rows.size), "keys": int(data.n_keys),
+                       "rows": data.available,
                        "data": data.fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _resume(path: Path, identity: str, state: Any, n_keys: int
+def _resume(path: Path, identity: str, state: Any, available: int
             ) -> tuple[int, Accounting, list[dict[str, Any]], list[float]]:
     """(step, account, rows, [loss sum, steps] since the last row) from checkpoint.pt, or a
     fresh start (also when it cannot be read: prh.checkpoint.set_aside); another run's is
     refused."""
-    fresh = 0, Accounting.start(n_keys), [], [0.0, 0]
+    fresh = 0, Accounting.start(available), [], [0.0, 0]
     if not path.exists():
         return fresh
     try:

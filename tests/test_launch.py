@@ -100,7 +100,7 @@ def recap_workspace(tmp_path, monkeypatch):
     working directory; MLflow in its mlflow.db."""
     from test_recap import TINY_TRAIN, recap_repo
 
-    repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
+    repo, raw = recap_repo(tmp_path, images=8, vocab_size=60, tokenizer_sample=100,
                            train=TINY_TRAIN, score=[])
     raw["profile"] = "recap"
     workspace(repo, raw, "recap profile", monkeypatch)

@@ -1,9 +1,11 @@
-"""Web texts (prh.recap, `harness recap`): a miniature Recap-style parquet corpus the tests
-write, its sources, the nested subsets, the counts checked by hand, and bad shards refused
-from their footers before any row is read."""
+"""Web texts (prh.recap, prh.recap_subset, `harness recap`): a miniature Recap-style parquet
+corpus the tests write, the subset against an md5 selection written here, its counts checked
+by hand, a killed build resumed, and bad shards refused from their footers before any row is
+read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -12,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from harness.config.recap import load_recap
 from harness.stages.recap import main
-from prh.recap import RecapConfig, RecapError, check_shards, iter_subset, list_shards
-from prh.recap_subset import write_subset
+from prh import recap_subset
+from prh.recap import RecapConfig, RecapError, check_shards, list_shards
+from prh.recap_subset import build_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 # shard -> rows (key, alt-text, recaption): 3 + 4 + 2 = 9 images; row 4 has no alt-text, row 6
@@ -42,74 +44,152 @@ def write_corpus(root: Path) -> Path:
     return root
 
 
-def config(root: Path, images: int) -> RecapConfig:
+def config(root: Path, images: int, seed: int = 0, **kw: object) -> RecapConfig:
     return RecapConfig.from_dict({"data": str(root), "images": images, "tokenizer_sample": 100,
-                                  "vocab_size": 60, "sources": {"alt": ["org_caption"],
-                                                                "recap": ["re_caption"]}})
+                                  "vocab_size": 60, "seed": seed, **kw,
+                                  "sources": {"alt": ["org_caption"],
+                                              "recap": ["re_caption"]}})
 
 
-def rows(root: Path, images: int, batch_rows: int = 2) -> list[tuple[str, str | None]]:
-    cfg = config(root, images)
-    shards = check_shards(root, cfg.columns, images)
-    return [(k, a) for _, _, b in iter_subset(shards, cfg.columns, images, batch_rows)
-            for k, a in zip(b["key"], b["org_caption"], strict=True)]
+def by_md5(seed: int) -> list[str]:
+    """The corpus's distinct keys (every row has a text) by md5(f"{seed}:{key}"), the subset's
+    definition written out: the first N are the subset of N."""
+    keys = {row[0] for rows in SHARDS.values() for row in rows}
+    return sorted(keys, key=lambda k: hashlib.md5(f"{seed}:{k}".encode()).hexdigest())
 
 
-def test_canonical_order_is_sorted_paths_and_subsets_nest(tmp_path):
+def build(cfg: RecapConfig, out: Path, workers: int = 1) -> tuple[dict, list[dict]]:
+    """The subset built into `out` (its summary and written rows)."""
+    out.mkdir(parents=True)
+    summary = build_subset(cfg, out, 62, out.parent / f"{out.name}.work", workers)
+    return summary, [r for f in sorted(out.glob("texts-*.parquet"))
+                     for r in pq.read_table(f).to_pylist()]
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_subset_is_the_n_keys_of_smallest_md5_whatever_the_listing_and_merge(
+        tmp_path, seed, monkeypatch):
     root = write_corpus(tmp_path / "raw")
     assert [p.relative_to(root).as_posix() for p in list_shards(root)] == [
-        "a-0000.parquet", "part/b-0001.parquet", "part/c-0002.parquet"]
-    every = rows(root, 9)
-    assert [k for k, _ in every] == ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k2", "k8"]
-    for n in range(1, 10):  # the first n rows, whatever the batch size: each subset nests
-        assert rows(root, n, batch_rows=3) == every[:n]
+        "a-0000.parquet", "part/b-0001.parquet", "part/c-0002.parquet"]  # canonical order
+    ranked = by_md5(seed)
+    for n in (1, 3, 8):  # nested by construction: the first n of one ranking
+        summary, got = build(config(root, n, seed), tmp_path / f"n{n}")
+        assert sorted(r["key"] for r in got) == sorted(ranked[:n])
+        assert summary["unique_images"] == n and summary["seed"] == seed
+    assert summary["duplicate_key_rows"] == 1  # k2's second row
+    k2 = [r for r in got if r["key"] == "k2"]
+    assert k2 == [{"row": 2, "key": "k2", "h": k2[0]["h"], "alt": ["tree"],
+                   "recap": ["A tall tree."]}]  # a key's first row in canonical order
+    # the shards renamed (another canonical order) and merged one signature at a time
+    other = tmp_path / "other"
+    for i, name in enumerate(reversed(sorted(SHARDS))):
+        (other / f"z{i}").mkdir(parents=True)
+        (root / name).rename(other / f"z{i}" / "x.parquet")
+    monkeypatch.setattr(recap_subset, "MERGE_RECORDS", 1)
+    monkeypatch.setattr(recap_subset, "MIN_CHUNK", 1)
+    for n in (3, 8):
+        _, moved = build(config(other, n, seed), tmp_path / f"moved{n}")
+        assert sorted(r["key"] for r in moved) == sorted(ranked[:n])
+    assert [r for r in moved if r["key"] == "k2"][0]["alt"] == ["tree again"]
+    with pytest.raises(RecapError, match=r"8 distinct keys with a text of recap\.sources, "
+                                         r"fewer than recap\.images = 9"):
+        build(config(other, 9, seed), tmp_path / "nine")
 
 
-def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path):
+@pytest.mark.slow  # a pool of two spawned workers: .ci/run's pipeline section
+def test_two_workers_write_the_same_subset_as_one(tmp_path):
+    root = write_corpus(tmp_path / "raw")
+    one, rows_one = build(config(root, 6, tokenizer_sample=5), tmp_path / "one", workers=1)
+    two, rows_two = build(config(root, 6, tokenizer_sample=5), tmp_path / "two", workers=2)
+    assert (one, rows_one) == (two, rows_two)
+    for name in sorted(p.name for p in (tmp_path / "one/tokens").iterdir()):
+        assert (tmp_path / "one/tokens" / name).read_bytes() == \
+            (tmp_path / "two/tokens" / name).read_bytes()
+
+
+def test_a_killed_build_resumes_from_its_finished_tasks(tmp_path, monkeypatch):
+    """The texts step dies on its second shard; the rerun skips the finished tasks (the
+    signatures are not rewritten) and writes what an uninterrupted build writes."""
+    root = write_corpus(tmp_path / "raw")
+    cfg, out, work = config(root, 6), tmp_path / "out", tmp_path / "work"
+    whole = build(cfg, tmp_path / "whole")
+    run = recap_subset.Texts.run
+
+    def dies(self, data=None, rank=0, world_size=1):
+        if rank == 1:
+            raise RuntimeError("killed")
+        return run(self, data, rank, world_size)
+
+    monkeypatch.setattr(recap_subset.Texts, "run", dies)
+    out.mkdir()
+    with pytest.raises(RuntimeError, match="killed"):
+        build_subset(cfg, out, 62, work, 1)
+    monkeypatch.setattr(recap_subset.Texts, "run", run)
+    stamps = {p: p.stat().st_mtime_ns for p in (work / "sig").iterdir()}
+    assert (work / "texts/texts-00000.parquet").exists()  # shard 0's texts task finished
+    summary = build_subset(cfg, out, 62, work, 1)
+    assert {p: p.stat().st_mtime_ns for p in (work / "sig").iterdir()} == stamps
+    assert (summary, [r for f in sorted(out.glob("texts-*.parquet"))
+                      for r in pq.read_table(f).to_pylist()]) == whole
+
+
+def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path, capsys):
+    from prh.stream import open_tokens
+    from prh.tokenizer import Tokenizer, train_tokenizer
+
     root = write_corpus(tmp_path / "raw")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["recap"].update(data=str(root), images=5, vocab_size=60, tokenizer_sample=4)
+    params["recap"].update(data=str(root), images=5, vocab_size=60, tokenizer_sample=4, seed=0)
     params["recap"]["train"]["encoder"] = {"max_len": 6}  # the encoder sees 4 tokens a text
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "subset"
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
+    assert not list(tmp_path.glob(".subset.build-*"))  # the work folder goes once out is in
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["cut_at"] == 4
-    # the first 5 rows: k0 k1 k2 (shard a) and k3 k4 (shard b); k4 has no alt-text
-    assert summary["images"] == 5 and summary["unique_images"] == 5
-    assert summary["sources"]["alt"]["texts"] == 4
-    assert summary["sources"]["alt"]["images_without"] == 1
-    assert summary["sources"]["recap"]["texts"] == 5
-    assert [s["path"] for s in summary["shards_read"]] == ["a-0000.parquet",
-                                                          "part/b-0001.parquet"]
-    written = pq.read_table(out / "texts-00001.parquet").to_pylist()
-    assert written == [{"row": 3, "key": "k3", "alt": ["a red dog"],
-                        "recap": ["A red dog runs on grass."]},
-                       {"row": 4, "key": "k4", "alt": [], "recap": ["Two cats sleep."]}]
-    # the tokenizer's sample: the first 4 texts in row order, sources in params order
-    assert summary["tokenizer"]["sample_texts"] == 4
-    from prh.tokenizer import Tokenizer
-
+    first: dict[str, tuple[list[str], list[str]]] = {}  # each key's first row: its texts
+    for name in sorted(SHARDS):  # canonical order: sorted paths
+        for key, alt, recap in SHARDS[name]:
+            first.setdefault(key, ([alt.strip()] if alt and alt.strip() else [],
+                                   [recap.strip()] if recap and recap.strip() else []))
+    chosen = by_md5(0)[:5]
+    written = [r for f in sorted(out.glob("texts-*.parquet"))
+               for r in pq.read_table(f).to_pylist()]
+    assert sorted(r["key"] for r in written) == sorted(chosen)
+    assert all((r["alt"], r["recap"]) == first[r["key"]] for r in written)
+    assert [r["row"] for r in written] == sorted(r["row"] for r in written)  # canonical order
+    assert summary["cut_at"] == 4 and summary["rows_read"] == 9
+    assert (summary["images"], summary["unique_images"]) == (5, 5)
+    for i, name in enumerate(("alt", "recap")):
+        assert summary["sources"][name]["texts"] == sum(len(first[k][i]) for k in chosen)
+        assert summary["sources"][name]["images_without"] == sum(not first[k][i]
+                                                                 for k in chosen)
+    # the tokenizer's sample: the first 4 texts of the chosen keys in md5 order, sources in
+    # params order
+    sample = [t for k in chosen for texts in first[k] for t in texts][:4]
     tok = Tokenizer.load(out / "tokenizer")
-    by_hand = {name: sum(len(tok.encode(t)) for r in pq.read_table(out / "texts-00000.parquet")
-                         .to_pylist() + written for t in r[name]) for name in ("alt", "recap")}
-    assert {n: s["tokens"] for n, s in summary["sources"].items()} == by_hand
-    unk = {name: sum(tok.encode(t).count(tok.unk_id) for r in pq.read_table(
-        out / "texts-00000.parquet").to_pylist() + written for t in r[name])
-        for name in ("alt", "recap")}  # a 4-text tokenizer cannot spell every word
+    assert summary["tokenizer"]["sample_texts"] == 4
+    assert tok.vocab() == train_tokenizer(sample, 60).vocab()
+    encoded = {name: [tok.encode(t) for r in written for t in r[name]]
+               for name in ("alt", "recap")}
+    assert {n: s["tokens"] for n, s in summary["sources"].items()} == {
+        n: sum(map(len, e)) for n, e in encoded.items()}
+    unk = {n: sum(ids.count(tok.unk_id) for ids in e) for n, e in encoded.items()}
     assert {n: s["unk_tokens"] for n, s in summary["sources"].items()} == unk
-    assert sum(unk.values()) > 0
-    cut = {name: sum(len(tok.encode(t)) > 4 for r in pq.read_table(
-        out / "texts-00000.parquet").to_pylist() + written for t in r[name])
-        for name in ("alt", "recap")}
+    assert sum(unk.values()) > 0  # a 4-text tokenizer cannot spell every word
+    cut = {n: sum(len(ids) > 4 for ids in e) for n, e in encoded.items()}
     assert {n: s["texts_cut"] for n, s in summary["sources"].items()} == cut
-    assert 0 < sum(cut.values()) < 9  # some texts are longer than the encoder sees, not all
-    params["recap"]["images"] = 9  # the whole corpus: k2 is listed twice, k6's recap is blank
+    # the tokens the stream reads: each row's texts' ids, uint16, in the written rows' order
+    table = open_tokens(out / "tokens")
+    assert table.features["alt"].feature.feature.dtype == "uint16"
+    assert list(table["alt"]) == [[tok.encode(t) for t in r["alt"]] for r in written]
+    params["recap"]["images"] = 8  # the whole corpus: k2 is listed twice, k6's recap is blank
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    capsys.readouterr()
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
+    assert "1 row(s) repeat the key of a chosen image" in capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["images"], summary["unique_images"]) == (9, 8)
-    assert summary["duplicate_key_rows"] == 1  # k2 listed twice, counted and warned
+    assert (summary["images"], summary["duplicate_key_rows"]) == (8, 1)
     assert summary["sources"]["recap"]["images_without"] == 1
     assert summary["written"] == ["texts-00000.parquet", "texts-00001.parquet",
                                   "texts-00002.parquet"]
@@ -190,28 +270,33 @@ def test_dvc_repro_runs_the_subset_stage_and_reruns_it_only_when_recap_changes(t
     first = sh(repo, "dvc", "repro", stage)
     assert "Running stage 'pipelines/recap/dvc.yaml:recap'" in first.stdout
     summary = json.loads((repo / "data/recap/subset/summary.json").read_text())
-    assert (summary["schema"], summary["images"]) == ("prh.recap_subset/1", 7)
+    assert (summary["schema"], summary["images"]) == ("prh.recap_subset/2", 7)
     assert "Running stage" not in sh(repo, "dvc", "repro", stage).stdout
     raw["world"]["train"]["lr"] = 0.002  # another section: the subset stays
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     assert "Running stage" not in sh(repo, "dvc", "repro", stage).stdout
-    raw["recap"]["images"] = 9
+    raw["recap"]["images"] = 8
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     assert "Running stage" in sh(repo, "dvc", "repro", stage).stdout
-    assert json.loads((repo / "data/recap/subset/summary.json").read_text())["images"] == 9
+    assert json.loads((repo / "data/recap/subset/summary.json").read_text())["images"] == 8
 
 
-def test_a_row_without_a_key_is_refused_naming_the_shard_and_row(tmp_path):
+def test_rows_without_a_key_are_left_out_counted_and_named(tmp_path, capsys):
     root = write_corpus(tmp_path / "raw")
-    pq.write_table(pa.table({"key": ["k3", None], "org_caption": ["a", "b"],
-                             "re_caption": ["c", "d"]}), root / "part/b-0001.parquet")
+    pq.write_table(pa.table({"key": ["k3", None, "k9", None], "org_caption": ["a", "b", "e", "f"],
+                             "re_caption": ["c", "d", "g", "h"]}), root / "part/b-0001.parquet")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["recap"].update(data=str(root), images=5)
+    params["recap"].update(data=str(root), images=6, vocab_size=60, tokenizer_sample=10)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    (tmp_path / "out").mkdir()
-    # the shard's own row 1 (the subset's row 4: shard a holds rows 0 to 2)
-    with pytest.raises(RecapError, match=r"b-0001\.parquet: row 1 has no 'key'"):
-        write_subset(load_recap(tmp_path / "params.yaml"), tmp_path / "out", 62)
+    assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["rows_without_key"] == 2
+    assert summary["first_without_key"] == {"path": "part/b-0001.parquet", "row": 1}
+    assert ("2 row(s) have no 'key' and are left out (the first: part/b-0001.parquet row 1)"
+            in capsys.readouterr().err)
+    keys = {r["key"] for f in (tmp_path / "out").glob("texts-*.parquet")
+            for r in pq.read_table(f).to_pylist()}
+    assert keys == {"k0", "k1", "k2", "k3", "k9", "k8"}  # every keyed image
 
 
 @pytest.mark.slow  # the whole web-text profile under dvc repro: .ci/run's pipeline section
@@ -224,7 +309,7 @@ def test_harness_run_on_the_recap_profile_ends_at_the_report_with_the_account(tm
     import mlflow
     from tiny_world import sh
 
-    repo, raw = recap_repo(tmp_path, images=9, vocab_size=60, tokenizer_sample=100,
+    repo, raw = recap_repo(tmp_path, images=8, vocab_size=60, tokenizer_sample=100,
                            train=TINY_TRAIN, score=[])
     raw["profile"] = "recap"
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from harness.stages.recap import main as recap_main
-from prh.stream import ACCOUNT, StreamConfig, StreamData, log_schedule, sample_rows
+from prh.stream import ACCOUNT, EpochOrder, StreamConfig, StreamData, log_schedule, sample_rows
 from prh.tokenizer import Tokenizer
 from prh.train_config import TrainConfig
 from prh.train_stream import train_stream
@@ -25,11 +25,12 @@ TINY = {"hidden": 16, "layers": 1, "heads": 2, "intermediate": 32, "dropout": 0.
 
 @pytest.fixture(scope="module")
 def subset(tmp_path_factory) -> Path:
-    """The whole 9-image corpus, written by the recap stage (texts, tokenizer, tokens)."""
+    """The whole corpus, written by the recap stage (texts, tokenizer, tokens): 9 rows, 8
+    images (k2 is listed twice)."""
     tmp = tmp_path_factory.mktemp("stream")
     root = write_corpus(tmp / "raw")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["recap"].update(data=str(root), images=9, vocab_size=60, tokenizer_sample=100)
+    params["recap"].update(data=str(root), images=8, vocab_size=60, tokenizer_sample=100)
     (tmp / "params.yaml").write_text(yaml.safe_dump(params))
     assert recap_main(["--params", str(tmp / "params.yaml"), "--out", str(tmp / "subset")]) == 0
     return tmp / "subset"
@@ -57,13 +58,34 @@ def test_log_schedule_is_even_on_the_log_axis_and_ends_at_the_run() -> None:
 
 
 def test_each_epoch_is_a_permutation_and_the_order_ignores_how_it_is_read() -> None:
-    n = 7
-    every = sample_rows(3, 0, 5 * n, n)
+    rows = np.array([0, 2, 3, 5, 8, 9, 11])  # the rows with a text of the sources
+    n = rows.size
+    every = sample_rows(3, 0, 5 * n, rows)
     for e in range(5):
-        assert sorted(every[e * n:(e + 1) * n]) == list(range(n))
+        assert sorted(every[e * n:(e + 1) * n]) == rows.tolist()
     assert not np.array_equal(every[:n], every[n:2 * n])  # each epoch reshuffles
-    pieces = np.concatenate([sample_rows(3, s, c, n) for s, c in ((0, 3), (3, 9), (12, 23))])
+    pieces = np.concatenate([sample_rows(3, s, c, rows) for s, c in ((0, 3), (3, 9), (12, 23))])
     assert np.array_equal(pieces, every)
+
+
+def test_the_order_files_hold_the_order_and_ranks_read_them_in_any_pieces(
+        subset: Path, tmp_path: Path) -> None:
+    """EpochOrder.write's memory-mapped files against sample_rows, the order's definition;
+    a second write keeps the files; a missing epoch is an error naming the file."""
+    data = StreamData.open(subset, ["alt"])  # k4's row has no alt-text: 7 of the 8 images
+    rows = data.texted_rows()
+    assert data.available == rows.size == 7 and rows.dtype == np.uint32
+    order = EpochOrder.write(tmp_path / "order", 3, data, 20)  # 20 samples: epochs 0 to 2
+    assert sorted(p.name for p in (tmp_path / "order").iterdir()) == [
+        "e0000.npy", "e0001.npy", "e0002.npy"]
+    every = sample_rows(3, 0, 21, rows)
+    for start, count in ((0, 21), (0, 3), (3, 9), (12, 9), (5, 1)):
+        assert np.array_equal(order.rows(start, count), every[start:start + count])
+    stamp = (tmp_path / "order" / "e0001.npy").stat().st_mtime_ns
+    EpochOrder.write(tmp_path / "order", 3, data, 20)
+    assert (tmp_path / "order" / "e0001.npy").stat().st_mtime_ns == stamp
+    with pytest.raises(Exception, match=r"e0003\.npy: no order file for epoch 3"):
+        order.rows(20, 2)
 
 
 def test_a_source_the_subset_lacks_is_refused_naming_what_it_has(subset: Path) -> None:
@@ -86,15 +108,16 @@ def test_the_account_is_exact_against_the_drawn_samples(subset: Path, tmp_path: 
     assert all(list(r) == list(ACCOUNT) for r in rows)  # the row the report reads
     texts = [r for f in sorted(subset.glob("texts-*.parquet"))
              for r in pq.read_table(f).to_pylist()]
-    assert len(texts) == 9 and data.rows.size == 9  # every image has a text of alt or recap
+    assert len(texts) == 8 and data.available == 8  # every image has a text of alt or recap
     for row in rows:
-        drawn = sample_rows(5, 0, row["samples"], 9)
+        drawn = sample_rows(5, 0, row["samples"], np.arange(8))
         assert row["unique_images"] == len({texts[i]["key"] for i in drawn})
+        assert row["unique_images"] == min(row["samples"], 8)
         offered = [len(texts[i]["alt"]) + len(texts[i]["recap"]) for i in drawn]
         assert row["texts"] == (sum(offered) if arm == "good" else row["samples"])
         assert row["tokens"] <= row["texts"] * (12 - 2)
     if arm == "good":  # every text read whole: the tokens are the texts' own, cut at 10
-        drawn = sample_rows(5, 0, 12, 9)
+        drawn = sample_rows(5, 0, 12, np.arange(8))
         by_hand = sum(min(len(tok.encode(t)), 10) for i in drawn
                       for t in texts[i]["alt"] + texts[i]["recap"])
         assert rows[-1]["tokens"] == by_hand
@@ -189,7 +212,8 @@ def _gloo_worker(rank: int, port: int, subset: str, out: str, arm: str) -> None:
     torch.set_num_threads(1)
     data = StreamData.open(Path(subset), ["alt", "recap"])
     train_stream(cfg(arm, batch_size=2, model={**TINY, "dropout": 0.0}), stream(), data,
-                 Tokenizer.load(Path(subset) / "tokenizer"), Path(out) / f"rank{rank}")
+                 Tokenizer.load(Path(subset) / "tokenizer"), Path(out) / f"rank{rank}",
+                 orders=Path(out) / "order")  # rank 0 writes them, both read them
 
 
 @pytest.mark.slow  # two processes per arm: .ci/run's pipeline section

@@ -293,7 +293,7 @@ CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/cont
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
 # runs/reference/wit1024.json
 REFERENCE = Schema("prh.reference", 2, "reference", Reference)
-RECAP_SUBSET = Schema("prh.recap_subset", 1, "recap")  # data/recap/subset/summary.json
+RECAP_SUBSET = Schema("prh.recap_subset", 2, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase
 RECAP_SCORES = Schema("prh.recap_scores", 3, "recap_score")  # runs/recap_scores.json

@@ -138,8 +138,9 @@ def recap_context(summary: Mapping[str, Any], paraphrase: Mapping[str, Any] | No
     return {"title": "Web texts: training on Recap-DataComp", "created": created,
             "scale": scale(int(summary["images"]), samples),
             "subset": {"images": summary["images"], "unique_images": summary["unique_images"],
-                       # a subset written before these counts existed reads them as unknown
-                       "duplicate_key_rows": summary.get("duplicate_key_rows"),
+                       "seed": summary["seed"], "rows_read": summary["rows_read"],
+                       "rows_without_key": summary["rows_without_key"],
+                       "duplicate_key_rows": summary["duplicate_key_rows"],
                        "sources": [{"name": n, **s} for n, s in summary["sources"].items()],
                        "tokenizer": summary["tokenizer"], "cut_at": summary.get("cut_at"),
                        "shards": len(summary["shards_read"])},

@@ -1,43 +1,66 @@
-"""Stage `recap` (pipelines/recap/dvc.yaml): the web-text profile's first step. Reads the
-texts of the first `recap.images` rows of the user's Recap-DataComp-1B shards (prh.recap:
-canonical order, sources as columns), writes them as parquet shards (one per shard read,
-one list column per source), trains the WordPiece tokenizer on the first
-`recap.tokenizer_sample` texts, and counts what the subset holds: images, unique images,
-texts and tokens per source. Those counts are what a run's samples and GPU-hours are
-projected from (a sample reads one image's texts)."""
+"""Stage `recap` (pipelines/recap/dvc.yaml): the web-text profile's first step. Builds the
+subset of `recap.images` images from the user's Recap-DataComp-1B shards (prh.recap: the
+distinct keys of smallest md5(seed:key); prh.recap_subset: the datatrove steps, one task per
+shard on `--workers` processes): their texts per source as parquet shards, the WordPiece
+tokenizer, the tokens, and what the subset holds: images, rows left out, texts and tokens per
+source. Those counts are what a run's samples and GPU-hours are projected from (a sample reads
+one image's texts). A killed build resumes from its finished tasks (the work folder beside
+--out, removed once --out is written)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.config.recap import encoder_cut, load_recap
 from harness.records.schemas import RECAP_SUBSET
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, atomic_dir, write_json
-from prh.recap_subset import write_subset
+from prh.recap_subset import build_subset
+
+
+def work_folder(out: Path, cfg: object, cut: int) -> Path:
+    """The build's work folder beside `out`, named by what the build reads (the recap
+    section, the cut, every shard's path, size and time): a resumed build reuses only its own."""
+    blob = json.dumps({"cfg": asdict(cfg), "cut": cut, "shards": [
+        (p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(Path(cfg.data).rglob("*.parquet"))]}, sort_keys=True, default=str)
+    return out.parent / f".{out.name}.build-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
 def main(argv: list[str]) -> int:
-    """Read the first recap.images rows of recap.data's parquet shards and write their texts,
-    the tokenizer and summary.json (counts per source) to --out."""
+    """Build the subset of recap.images images from recap.data's parquet shards and write
+    their texts, the tokenizer, the tokens and summary.json (counts per source) to --out."""
     parser = stage_parser("recap", main.__doc__)
     parser.add_argument("--out", type=Path, required=True, help="the subset's folder")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="build processes (default: the machine's cores)")
     args = parser.parse_args(argv)
     try:
         cfg, cut = load_recap(args.params), encoder_cut(args.params)
+        work = work_folder(args.out, cfg, cut)
         with atomic_dir(args.out) as tmp:
-            summary = write_subset(cfg, tmp, cut)
+            summary = build_subset(cfg, tmp, cut, work, args.workers)
             write_json(tmp / "summary.json", {"schema": str(RECAP_SUBSET), **summary})
+        shutil.rmtree(work, ignore_errors=True)
     except ContractError as e:
         return fail(e)
     per = ", ".join(f"{n} {s['texts']:,} texts / {s['tokens']:,} tokens"
                     for n, s in summary["sources"].items())
-    print(f"recap: {summary['images']:,} images ({summary['unique_images']:,} unique keys): "
-          f"{per} -> {args.out}")
+    print(f"recap: {summary['images']:,} images (seed {summary['seed']}) of "
+          f"{summary['rows_read']:,} rows: {per} -> {args.out}")
     if summary["duplicate_key_rows"]:
-        print(f"recap: warning: {summary['duplicate_key_rows']:,} row(s) share an image key "
-              "with an earlier row: unique images are counted by key", file=sys.stderr)
+        print(f"recap: warning: {summary['duplicate_key_rows']:,} row(s) repeat the key of a "
+              "chosen image: each image is read once, from its first row", file=sys.stderr)
+    if summary["rows_without_key"]:
+        first = summary["first_without_key"]
+        print(f"recap: warning: {summary['rows_without_key']:,} row(s) have no "
+              f"{cfg.key!r} and are left out (the first: {first['path']} row {first['row']}); "
+              "fix the shards or name another key column in recap.key", file=sys.stderr)
     for name, s in summary["sources"].items():
         if s["unk_tokens"]:
             print(f"recap: warning: {s['unk_tokens']:,} of {name}'s {s['tokens']:,} tokens are "

@@ -23,7 +23,8 @@ def write_paraphrase(cfg: Any, subset: Path, out: Path, cut: int) -> dict[str, A
 
     from prh.features import identity
     from prh.paraphrase import PARAPHRASE, load_generator, paraphrase
-    from prh.recap_subset import tokenize
+    from prh.recap import TOKENS
+    from prh.recap_subset import tokenize_file
     from prh.tokenizer import Tokenizer
 
     model, generator_tokenizer = load_generator(cfg)  # before any text is read
@@ -36,12 +37,11 @@ def write_paraphrase(cfg: Any, subset: Path, out: Path, cut: int) -> dict[str, A
     pq.write_table(pa.table({"row": [r["row"] for r in rows],
                              PARAPHRASE: pa.array(grouped, pa.list_(pa.string()))}),
                    out / "texts.parquet")
-    tokens, unknown, longer = tokenize([out / "texts.parquet"], [PARAPHRASE],
-                                       Tokenizer.load(subset / "tokenizer"), None, out, cut)
+    stats = tokenize_file(out / "texts.parquet", [PARAPHRASE], Tokenizer.load(subset / "tokenizer"),
+                          out / TOKENS / "00000.arrow", cut)[PARAPHRASE]
     return {"generator": {**cfg.record(), "identity": identity(cfg.model)},
             "texts": sum(map(len, grouped)), "empty": len(flat) - sum(map(len, grouped)),
-            "tokens": tokens[PARAPHRASE], "unk_tokens": unknown[PARAPHRASE],
-            "texts_cut": longer[PARAPHRASE], "cut_at": cut,
+            **stats, "cut_at": cut,
             "examples": [{"text": r[cfg.source][0], "paraphrase": g[0]}
                          for r, g in zip(rows, grouped, strict=True) if g][:5]}
 

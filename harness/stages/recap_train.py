@@ -79,7 +79,7 @@ def train_tracked(args: Any, cfg: Any, stream: Any, data: Any, tokenizer: Any, w
             "dvc_stage": f"recap_train@{args.arm}-{cfg.seed}", "config_hash": identity[:12],
             **tracking.git_state(), **{f"env.{k}": v for k, v in env.items()}}
     logged = {"arm": args.arm, "seed": cfg.seed, "sources": ",".join(stream.sources),
-              "samples": stream.samples, "samples_available": int(data.rows.size),
+              "samples": stream.samples, "samples_available": data.available,
               **{f"train.{k}": v for k, v in cfg.to_dict().items()
                  if k not in (*BY_SAMPLES, "arm", "seed")}}
     start = time.perf_counter()
