@@ -19,16 +19,21 @@ in canonical order. Steps, each writing under the build's work folder:
    the vocabulary fits), read memory-mapped by prh.stream (`Tokens`).
 
 A killed build resumes at task granularity: datatrove marks each finished task in the work folder
-and skips it on the next run (`skip_completed`). The paraphrase stage tokenises its texts the same
-way (`tokenize_file`).
+and skips it on the next run (`skip_completed`). On SLURM (`harness launch`) each step's tasks
+are split among node jobs (`build_part`: datatrove's local_tasks and local_rank_offset on a
+LocalPipelineExecutor per node, in the same work folder); the stage then finds every task done
+and only gathers. The paraphrase stage tokenises its texts the same way (`tokenize_file`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -289,28 +294,72 @@ def tokenize_file(src: Path, names: Sequence[str], tokenizer: Any, dest: Path,
     return stats
 
 
+STEPS = tuple(c.name for c in (Signature, Select, Texts, TrainTokenizer, Tokens))  # in order
+
+
+def work_folder(out: Path, cfg: RecapConfig, cut: int) -> Path:
+    """The build's work folder beside `out`, named by what the build reads (the recap
+    section, the cut, every shard's path, size and time): a resumed build reuses only its own."""
+    blob = json.dumps({"cfg": asdict(cfg), "cut": cut, "shards": [
+        (p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(Path(cfg.data).rglob("*.parquet"))]}, sort_keys=True, default=str)
+    return out.parent / f".{out.name}.build-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def steps(cfg: RecapConfig, shards: Sequence[Shard], work: Path,
+          cut: int) -> list[tuple[_Step, int]]:
+    """The five steps in order, each with its task count."""
+    return [(Signature(cfg, shards, work), len(shards)), (Select(cfg, shards, work), 1),
+            (Texts(cfg, shards, work), len(shards)), (TrainTokenizer(cfg, shards, work), 1),
+            (Tokens(cfg, shards, work, cut), len(shards))]
+
+
+def run_step(step: _Step, tasks: int, workers: int, node: int = 0, nodes: int = 1) -> None:
+    """`step`'s tasks on `workers` processes, or node `node`'s contiguous share of them when
+    `nodes` split them (finished tasks are skipped)."""
+    from datatrove.executor import LocalPipelineExecutor
+
+    share = math.ceil(tasks / nodes)
+    offset, count = node * share, max(0, min(share, tasks - node * share))
+    if count:
+        LocalPipelineExecutor([step], tasks=tasks, workers=max(1, min(workers, count)),
+                              logging_dir=str(step.work / "logs" / step.name),
+                              local_tasks=count, local_rank_offset=offset,
+                              start_method="spawn").run()
+
+
+def check_selected(cfg: RecapConfig, work: Path) -> dict[str, Any]:
+    """The select step's summary; RecapError when it kept fewer keys than `cfg.images`."""
+    selected = json.loads((work / "select" / "summary.json").read_text())
+    if selected["kept"] < cfg.images:
+        raise RecapError(f"{cfg.data}: {selected['kept']:,} distinct keys with a text of "
+                         f"recap.sources, fewer than recap.images = {cfg.images:,}; copy more "
+                         "shards or lower recap.images")
+    return selected
+
+
+def build_part(cfg: RecapConfig, out: Path, cut: int, name: str, node: int, nodes: int,
+               workers: int) -> None:
+    """Node `node` of `nodes`' share of step `name` (a SLURM job of `harness launch`), in
+    the work folder the stage will read."""
+    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
+    step, tasks = steps(cfg, shards, work_folder(out, cfg, cut), cut)[STEPS.index(name)]
+    run_step(step, tasks, workers, node, nodes)
+    if name == "select":
+        check_selected(cfg, step.work)
+
+
 def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
                  workers: int | None = None) -> dict[str, Any]:
     """Run the five steps with `workers` processes (default: the cores) in `work`, move the
     texts, tokenizer and tokens into `out`, and return the summary's counts. `work` keeps the
     finished tasks of a killed build; the caller removes it once `out` is in place."""
-    from datatrove.executor import LocalPipelineExecutor
-
     shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)  # footers first
-    workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
-    steps = [(Signature(cfg, shards, work), len(shards)), (Select(cfg, shards, work), 1),
-             (Texts(cfg, shards, work), len(shards)), (TrainTokenizer(cfg, shards, work), 1),
-             (Tokens(cfg, shards, work, cut), len(shards))]
-    for step, tasks in steps:
-        LocalPipelineExecutor([step], tasks=tasks, workers=min(workers, tasks),
-                              logging_dir=str(work / "logs" / step.name),
-                              start_method="spawn").run()
+    workers = max(1, workers or os.cpu_count() or 1)
+    for step, tasks in steps(cfg, shards, work, cut):
+        run_step(step, tasks, workers)
         if isinstance(step, Select):
-            selected = json.loads((work / "select" / "summary.json").read_text())
-            if selected["kept"] < cfg.images:
-                raise RecapError(f"{cfg.data}: {selected['kept']:,} distinct keys with a text "
-                                 f"of recap.sources, fewer than recap.images = {cfg.images:,}; "
-                                 "copy more shards or lower recap.images")
+            selected = check_selected(cfg, work)
     for part in ("texts", "tokens"):
         stats = [json.loads(p.read_text()) for p in sorted((work / "stats").glob(f"{part}-*"))]
         for name, _ in cfg.sources:

@@ -127,14 +127,31 @@ def one_process_account(repo, arm, out, batch):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("sbatch") is None,
                     reason="no SLURM here (.ci/slurm-single-node installs and starts one)")
-def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path, monkeypatch):
-    """`profile: recap`: one job per arm, each recap_train under torchrun with two gloo
-    processes; the runs enter the workspace, `harness run` goes on to the report without
-    retraining, and each account equals one process's on the same global batch (2 x 2)."""
+def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path, monkeypatch,
+                                                                        capsys):
+    """`profile: recap`: the subset built by SLURM jobs (two a step, splitting the three
+    shards) equals one built here; then one job per arm, each recap_train under torchrun with
+    two gloo processes; the runs enter the workspace, `harness run` goes on to the report
+    without retraining, and each account equals one process's on the same global batch
+    (2 x 2)."""
+    from harness.config.recap import encoder_cut, load_recap
+    from prh.recap_subset import build_subset
+
     repo = recap_workspace(tmp_path, monkeypatch)
     checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm",
                                           {"timeout_min": 20, "cpus_per_task": 2},
-                                          launch.Spread(1, 2))
+                                          launch.Spread(1, 2), build_jobs=2)
+    assert "the subset's build ran as 8 job(s)" in capsys.readouterr().out  # 2+1+2+1+2
+    here = tmp_path / "here"
+    here.mkdir()
+    local = build_subset(load_recap(repo / "params.yaml"), here,
+                         encoder_cut(repo / "params.yaml"), tmp_path / "work", 1)
+    subset = repo / "data/recap/subset"
+    assert {k: v for k, v in json.loads((subset / "summary.json").read_text()).items()
+            if k != "schema"} == local
+    for name in local["written"]:
+        assert (subset / name).read_bytes() == (here / name).read_bytes()
+    assert not list(subset.parent.glob(".subset.build-*"))  # gathered, then removed
     assert [(i.name, i.stages, i.outs) for i in items] == [
         (f"{arm}-0", (f"pipelines/recap/dvc.yaml:recap_train@{arm}-0",), (f"runs/recap/{arm}-s0",))
         for arm in ("good", "ntp")]

@@ -2,6 +2,10 @@
 each job running its stages' dvc.yaml commands in a checkout of the current commit on shared
 storage whose DVC cache is the workspace's: the arm x seed matrix's train and align stages
 (dvc.yaml), or under `profile: recap` each arm's recap_train stage (pipelines/recap/dvc.yaml).
+Under `profile: recap` the subset's build runs on SLURM first when its stage is out of date:
+each step of prh.recap_subset as `--build-jobs` jobs of `--cpus` workers splitting the shards,
+one step after another, in the workspace's work folder; the recap stage then finds every task
+done and only gathers (datatrove's completion markers).
 With several processes per job (`--nodes`, `--procs-per-node`) the job's first stage, its
 training, runs under torchrun on every node (rank 0 tracks and writes; the rest of the job's
 stages run on the first node after it). When the jobs end, the outputs of those that succeeded
@@ -119,15 +123,20 @@ def matrix(root: Path, pipeline: Pipeline = MATRIX) -> list[Item]:
     return items
 
 
-def prepare_checkout(root: Path, shared: Path, pipeline: Pipeline = MATRIX) -> Path:
-    """A checkout of HEAD under `shared`/checkouts/COMMIT using the workspace's DVC cache, with
-    the upstream stages' outputs checked out from it. Refuses a workspace whose tracked files
-    differ from HEAD (jobs run the commit, not the edits)."""
+def refuse_edits(root: Path) -> None:
+    """ContractError when the workspace's tracked files differ from HEAD (bar dvc.lock)."""
     dirty = [line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no")
              .splitlines() if Path(line[3:].strip()).name != "dvc.lock"]
     if dirty:
         raise ContractError(f"uncommitted changes in {', '.join(dirty)}: the jobs run a commit; "
                             "commit them (or stash them) and launch again")
+
+
+def prepare_checkout(root: Path, shared: Path, pipeline: Pipeline = MATRIX) -> Path:
+    """A checkout of HEAD under `shared`/checkouts/COMMIT using the workspace's DVC cache, with
+    the upstream stages' outputs checked out from it. Refuses a workspace whose tracked files
+    differ from HEAD (jobs run the commit, not the edits)."""
+    refuse_edits(root)
     commit = _git(root, "rev-parse", "HEAD").strip()
     _dvc(root, "repro", *map(pipeline.address, pipeline.upstream))  # fills the cache
     checkout = shared / "checkouts" / commit
@@ -145,6 +154,59 @@ def prepare_checkout(root: Path, shared: Path, pipeline: Pipeline = MATRIX) -> P
             shutil.copy2(root / lock, checkout / lock)
     _dvc(checkout, "checkout", "--allow-missing")  # the upstream outputs (and the raw data)
     return checkout
+
+
+def build_part(root: str, step: str, node: int, nodes: int, workers: int) -> None:
+    """One SLURM job of the subset's build: node `node` of `nodes`' share of `step`, in the
+    workspace (prh.recap_subset.build_part), with the recap stage's params and output."""
+    import yaml
+
+    from harness.config.recap import encoder_cut, load_recap
+    from prh.recap_subset import build_part as run_part
+
+    os.chdir(root)  # params.yaml's paths are the workspace's
+    stage = yaml.safe_load(Path(WEB_TEXT_RUNS.dvcfile).read_text())["stages"]["recap"]
+    out = Path(root) / stage["outs"][0]
+    run_part(load_recap(Path("params.yaml")), out, encoder_cut(Path("params.yaml")), step, node,
+             nodes, workers)
+
+
+def build_on_slurm(root: Path, shared: Path, cluster: str | None, slurm: dict[str, Any],
+                   jobs: int) -> int:
+    """The recap stage's build as SLURM jobs, step by step, when `dvc status` finds the stage
+    out of date; returns the jobs submitted (0: up to date). A failed step raises naming its
+    log."""
+    import json
+
+    import submitit
+
+    from prh.recap_subset import STEPS
+
+    address = WEB_TEXT_RUNS.address("recap")
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", address],
+                            cwd=root, capture_output=True, text=True, check=True).stdout
+    if not json.loads(status or "{}"):
+        return 0
+    executor = submitit.AutoExecutor(folder=shared / "logs" / "build" / "%j", cluster=cluster)
+    executor.update_parameters(name="prh-recap-build", **{k: v for k, v in slurm.items()
+                                                          if k != "gpus_per_node"})
+    workers, submitted = int(slurm.get("cpus_per_task", 1)), 0
+    for step in STEPS:
+        parts = 1 if step in ("select", "tokenizer") else jobs
+        with executor.batch():
+            running = [executor.submit(build_part, str(root), step, k, parts, workers)
+                       for k in range(parts)]
+        submitted += parts
+        for job, state in zip(running, wait_all(running), strict=True):
+            try:
+                if state != "COMPLETED":
+                    raise ContractError(state)
+                job.result()
+            except Exception as e:
+                raise ContractError(f"the subset's {step} step failed on SLURM "
+                                    f"({str(e).strip().splitlines()[-1]}); log "
+                                    f"{job.paths.stderr}; launch again to resume it") from e
+    return submitted
 
 
 def under_torchrun(cmd: str, spread: Spread, node: int, master: str, port: int) -> list[str]:
@@ -182,11 +244,12 @@ def run_item(checkout: str, cmds: tuple[str, ...], env: dict[str, str],
 
 
 def submit(root: Path, shared: Path, cluster: str | None = None,
-           slurm: dict[str, Any] | None = None, spread: Spread = Spread()
-           ) -> tuple[Path, list[Item], list[Any]]:
+           slurm: dict[str, Any] | None = None, spread: Spread = Spread(),
+           build_jobs: int = 1) -> tuple[Path, list[Item], list[Any]]:
     """Submit one job per item of the profile's trainings as a job array, each on
     `spread.nodes` nodes; returns the checkout, items and jobs. `cluster`: submitit's
-    ("slurm", "local"; None picks SLURM when sbatch is found)."""
+    ("slurm", "local"; None picks SLURM when sbatch is found). Under `profile: recap` the
+    subset is built first (`build_on_slurm`, `build_jobs` jobs a step)."""
     import submitit
 
     pipeline = pipeline_for(root)
@@ -194,6 +257,11 @@ def submit(root: Path, shared: Path, cluster: str | None = None,
         raise ContractError("--local runs on this machine: --nodes must be 1")
     uri = tracking.tracking_uri()  # the workspace's, so every job logs to the same place
     tracking.check_server(uri)
+    if pipeline is WEB_TEXT_RUNS:
+        refuse_edits(root)  # the build reads the workspace's params and code
+        built = build_on_slurm(root, shared, cluster, slurm or {}, build_jobs)
+        if built:
+            print(f"launch: the subset's build ran as {built} job(s); the recap stage gathers it")
     checkout = prepare_checkout(root, shared, pipeline)
     items = matrix(root, pipeline)
     executor = submitit.AutoExecutor(folder=shared / "logs" / checkout.name / "%j",
@@ -287,6 +355,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--procs-per-node", type=int, default=None,
                         help="training processes per node under torchrun (default: --gpus, "
                              "or 1 without GPUs)")
+    parser.add_argument("--build-jobs", type=int, default=1,
+                        help="profile recap: jobs each step of the subset's build splits the "
+                             "shards among, each with --cpus workers (default 1)")
     parser.add_argument("--local", action="store_true",
                         help="run the jobs as local processes (submitit's local executor)")
     args = parser.parse_args(argv)
@@ -298,10 +369,11 @@ def main(argv: list[str]) -> int:
         slurm.update({"gpus_per_node": args.gpus} if args.gpus else {})
         slurm.update({"slurm_partition": args.partition} if args.partition else {})
     try:
-        if spread.nodes < 1 or spread.procs < 1:
-            raise ContractError("--nodes and --procs-per-node must be at least 1")
+        if spread.nodes < 1 or spread.procs < 1 or args.build_jobs < 1:
+            raise ContractError("--nodes, --procs-per-node and --build-jobs must be at least 1")
         checkout, items, jobs = submit(root, (root / args.shared).resolve(),
-                                       "local" if args.local else None, slurm, spread)
+                                       "local" if args.local else None, slurm, spread,
+                                       args.build_jobs)
     except ContractError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

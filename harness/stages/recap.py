@@ -9,27 +9,15 @@ one image's texts). A killed build resumes from its finished tasks (the work fol
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from harness.config.recap import encoder_cut, load_recap
 from harness.records.schemas import RECAP_SUBSET
 from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, atomic_dir, write_json
-from prh.recap_subset import build_subset
-
-
-def work_folder(out: Path, cfg: object, cut: int) -> Path:
-    """The build's work folder beside `out`, named by what the build reads (the recap
-    section, the cut, every shard's path, size and time): a resumed build reuses only its own."""
-    blob = json.dumps({"cfg": asdict(cfg), "cut": cut, "shards": [
-        (p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(Path(cfg.data).rglob("*.parquet"))]}, sort_keys=True, default=str)
-    return out.parent / f".{out.name}.build-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+from prh.recap_subset import build_subset, work_folder
 
 
 def main(argv: list[str]) -> int:
