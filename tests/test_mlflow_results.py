@@ -147,6 +147,33 @@ def test_a_rerun_updates_the_same_runs_and_a_retrained_seed_replaces_its_old_run
     assert "the MLflow runs of bad-s1 are not in sqlite:///" in err
 
 
+def test_a_seed_run_two_results_share_stays_nested_under_the_first_and_both_list_it(store,
+                                                                                   tmp_path):
+    """An experiment that changes one arm's params makes results of its own (another params
+    hash) over the other arms' unchanged seed runs: MLflow gives a run one parent, so those
+    stay under the workspace's arm runs, and each arm run lists its seed runs in a tag."""
+    ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
+    first = aggregate(tmp_path, align_dir(tmp_path, ids))
+    bad_again = {**ids, ("bad", 0): seed_run("bad-s0"), ("bad", 1): seed_run("bad-s1")}
+    other = tracking.log_results(first, bad_again, profile="world", params_hash="0ther",
+                                 data_hash="d9e8f7a6")
+    assert other is not None and other != first["mlflow_run_id"]
+    mine, theirs = children(store, first["mlflow_run_id"]), children(store, other)
+    for arm in PARAMS.arms:
+        name = f"{arm} (seeds 0,1)"
+        seeds = {run_name(arm, s): bad_again[arm, s] for s in PARAMS.seeds}
+        listed = store.get_run(theirs[name]).data.tags[tracking.MEMBERS].split(",")
+        assert sorted(listed) == sorted(seeds.values())
+        nested_first = children(store, mine[name])
+        if arm == "bad":  # retrained under the experiment: its own seed runs
+            assert children(store, theirs[name]) == seeds
+        else:  # shared: still the workspace's
+            assert nested_first == seeds and children(store, theirs[name]) == {}
+    aggregate(tmp_path, align_dir(tmp_path, ids))  # the workspace again: nothing moves
+    assert children(store, mine["good (seeds 0,1)"]) == {run_name("good", s): ids["good", s]
+                                                         for s in PARAMS.seeds}
+
+
 def test_the_report_is_logged_on_the_pipeline_run(aggregated, monkeypatch, capsys):
     store, tmp_path, _, results, _ = aggregated
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -473,6 +473,7 @@ def log_epoch(metrics: dict[str, float], epoch: int) -> None:
 
 ROLE = "prh.role"  # tag of the runs log_results makes: "pipeline" or "arm"
 PARENT = "mlflow.parentRunId"  # the tag MLflow's UI nests runs by
+MEMBERS = "prh.members"  # a result run's tag: the run ids it summarises, comma-separated
 
 
 def _scores(prefix: str, entry: Mapping[str, Any]) -> dict[str, float]:
@@ -507,14 +508,20 @@ def _find_or_create(client: Any, experiment_id: str, key: dict[str, str], name: 
 
 
 def _nest(client: Any, experiment_id: str, parent: str, children: list[str]) -> list[str]:
-    """Make `children` exactly the runs nested under `parent` (runs nested there before but
-    not listed are un-nested: a retrained seed replaces its old run); returns the children
-    the store does not hold."""
+    """Record `children` as `parent`'s members (its MEMBERS tag) and nest under it those not
+    nested under another run that still lists them: MLflow gives a run one parent, so a seed
+    run that two results share (an experiment that changed another arm) stays under the first
+    and is listed by both. Runs nested under `parent` but no longer listed are un-nested (a
+    retrained seed replaces its old run). Returns the children the store does not hold."""
     from mlflow.exceptions import MlflowException
 
+    client.set_tag(parent, MEMBERS, ",".join(children))
     missing = []
     for child in children:
         try:
+            now = client.get_run(child).data.tags.get(PARENT)
+            if now not in (None, parent) and _lists(client, now, child):
+                continue
             client.set_tag(child, PARENT, parent)
         except MlflowException as e:  # not in this store, or deleted there
             if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
@@ -524,6 +531,17 @@ def _nest(client: Any, experiment_id: str, parent: str, children: list[str]) -> 
         if run.info.run_id not in children:
             client.delete_tag(run.info.run_id, PARENT)
     return missing
+
+
+def _lists(client: Any, run_id: str, child: str) -> bool:
+    """Whether run `run_id` is in the store and lists `child` among its MEMBERS."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        members = client.get_run(run_id).data.tags.get(MEMBERS, "")
+    except MlflowException:
+        return False
+    return child in members.split(",")
 
 
 def _log_scores(client: Any, run_id: str, scores: dict[str, float]) -> None:
