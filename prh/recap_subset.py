@@ -54,6 +54,7 @@ from prh.recap import (
 SIGNATURE = np.dtype([("h", "<u8"), ("row", "<u4"), ("texts", "<u2")])
 KEPT = np.dtype([("row", "<u4"), ("h", "<u8")])
 MERGE_RECORDS = 1 << 22  # signatures held by the select step per merge round, all shards together
+ENCODE_TEXTS = 16_384  # texts tokenised at once (tokenize_file)
 MIN_CHUNK = 1024  # each shard's share of a round at least (many shards: rounds over MERGE_RECORDS)
 
 
@@ -275,10 +276,15 @@ def tokenize_file(src: Path, names: Sequence[str], tokenizer: Any, dest: Path,
     table = pq.read_table(src, columns=list(names))
     columns, stats = {}, {}
     for name in names:
-        texts = pc.list_flatten(table.column(name)).to_pylist()
-        encoded = tokenizer.encode_batch(texts) if texts else []
-        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        flat = np.fromiter((i for e in encoded for i in e), np.int64, int(lengths.sum()))
+        texts = pc.list_flatten(table.column(name))
+        parts = []  # encoded ENCODE_TEXTS at a time: the library's encodings weigh ~1 KB each
+        for start in range(0, len(texts), ENCODE_TEXTS):
+            encoded = tokenizer.encode_batch(texts.slice(start, ENCODE_TEXTS).to_pylist())
+            lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+            parts.append((lengths, np.fromiter((i for e in encoded for i in e), np.int64,
+                                               int(lengths.sum()))))
+        lengths = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in parts)])
+        flat = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)])
         inner = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()),
                                          pa.array(flat, ids))
         outer = table.column(name).combine_chunks()
