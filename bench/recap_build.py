@@ -6,12 +6,13 @@ the feed's memory per rank (prh.stream: the tokens memory-mapped, the epoch orde
 The corpus is synthetic and Recap-shaped (assumed: the research note's generator): string keys,
 3% of rows repeating an earlier key, 0.1% without a key (--null-keys), an alt-text (20% null)
 and a recaption (5% null) drawn from a pool of 50,000 generated texts; shards of --shard-rows.
-Each build runs in its own process; its peak RSS is getrusage's over that process and every
-worker it waited for (the largest single process, in MiB), its CPU share their CPU seconds
-over the wall seconds. The new build's chosen keys are checked against an md5 selection
-written here (pyarrow + hashlib, one process). The older commit reads only the first N rows
-and refuses a null key, so it runs on a copy without null keys (--old-rows caps its size: at
-about 1-2 ms a row here it takes an hour a few million rows).
+Each build runs in its own process; its peak RSS is the largest RSS any one process of its
+tree reached, sampled every 50 ms by psutil (getrusage's ru_maxrss cannot say it: Linux keeps
+the parent's high-water mark across fork and exec), and its CPU share is the tree's CPU
+seconds (getrusage of the children waited for) over the wall seconds. The new build's chosen
+keys are checked against an md5 selection written here (pyarrow + hashlib, one process). The
+older commit reads only the first N rows and refuses a null key, so it runs on a copy without
+null keys (--old-rows caps its size).
 
     python bench/recap_build.py --rows 300000 1000000 --workers 2
     python bench/recap_build.py --rows 3000000 9000000 30000000 --workers 32 --old-rows 3000000
@@ -93,12 +94,20 @@ def md5_bottom(raw: Path, n: int, seed: int = 0) -> set[str]:
 def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> dict:
     """Run `cmd` in `cwd` (its code: `python -c` imports from there first) in a process that
     reports its descendants' peak RSS and CPU seconds."""
-    probe = ("import resource, subprocess, sys, time, json\n"
+    probe = ("import resource, subprocess, sys, time, json, psutil\n"
              "t = time.perf_counter()\n"
-             "rc = subprocess.run(sys.argv[1:]).returncode\n"
+             "p = subprocess.Popen(sys.argv[1:])\n"
+             "peak = 0\n"
+             "while p.poll() is None:\n"
+             "    try:\n"
+             "        tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(True)]\n"
+             "        peak = max([peak] + [q.memory_info().rss for q in tree])\n"
+             "    except psutil.Error:\n"
+             "        pass\n"
+             "    time.sleep(0.05)\n"
              "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-             "print(json.dumps({'rc': rc, 'wall_s': time.perf_counter() - t,"
-             " 'cpu_s': u.ru_utime + u.ru_stime, 'peak_mib': u.ru_maxrss / 1024}))")
+             "print(json.dumps({'rc': p.returncode, 'wall_s': time.perf_counter() - t,"
+             " 'cpu_s': u.ru_utime + u.ru_stime, 'peak_mib': peak / 2**20}))")
     out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True,
                          env={**os.environ, **(env or {})}, cwd=cwd)
     if out.returncode != 0 or not out.stdout.strip():
@@ -138,7 +147,7 @@ write_subset(cfg, out, *([62] if len(inspect.signature(write_subset).parameters)
 """
 
 FEED = """
-import sys, json, resource, time
+import sys, json, time
 import numpy as np
 from pathlib import Path
 from prh.stream import EpochOrder, StreamData
@@ -149,8 +158,14 @@ order = EpochOrder(orders, data.available)
 for s in range(50):  # a rank's reads: 50 steps of the global batch at spread positions
     rows = order.rows(s * (data.available // 50), batch)
     data.sample_texts(rows)
+status = {line.split(":")[0]: int(line.split()[1]) / 1024 for line in open("/proc/self/status")
+          if line.startswith(("VmHWM", "RssAnon", "RssFile"))}
+# VmHWM: this process's own peak (ru_maxrss keeps the parent's); RssAnon: the memory it holds
+# itself; RssFile: pages of the memory-mapped files it touched (the page cache, shared by the
+# node's ranks and given back under pressure)
 print(json.dumps({"available": data.available, "s": time.perf_counter() - t,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_mib": status["VmHWM"], "anon_mib": status["RssAnon"],
+                  "file_mib": status["RssFile"]}))
 """
 
 
@@ -261,6 +276,7 @@ def main() -> int:
                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps({"feed_rows": rows, "rank_peak_mib": r["peak_mib"],
+                              "rank_anon_mib": r["anon_mib"], "rank_file_mib": r["file_mib"],
                               "rank_open_and_50_steps_s": r["s"],
                               "order_write_s (rank 0, once)": written}), flush=True)
     finally:

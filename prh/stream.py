@@ -152,7 +152,9 @@ class EpochOrder:
             order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint32,
                                               shape=(rows.size,))
             order[:] = rows
-            np.random.default_rng([seed, epoch]).shuffle(order)  # rows[perm_e], in place
+            # rows[perm_e] in place, through a plain ndarray view: numpy shuffles a memmap
+            # (a subclass) element by element, 150 times slower (4M rows: 17 s against .12 s)
+            np.random.default_rng([seed, epoch]).shuffle(np.asarray(order))
             order.flush()
             del order
             os.replace(tmp, path)

@@ -69,20 +69,20 @@ def arm_block(run: Mapping[str, Any], scored: list[Mapping[str, Any]],
                        "global_batch": cfg["global_batch"], "steps": cfg["steps"],
                        "world_size": cfg["world_size"], "device": cfg["device"],
                        "n_parameters": cfg["n_parameters"],
-                       "parameters": parameter_line(run["arm"], cfg.get("parameters")),
+                       "parameters": parameter_line(cfg.get("parameters")),
                        "encoder": f"{model['layers']} layers x {model['hidden']}",
                        "samples_available": cfg["samples_available"],
                        "lr": cfg["train"]["lr"], "max_len": cfg["train"]["max_len"]}}
 
 
-def parameter_line(arm: str, parts: Mapping[str, int] | None) -> str:
+def parameter_line(parts: Mapping[str, int] | None) -> str:
     """What an arm's parameter count holds (prh.models.parameter_counts), in words; '' for a
-    run written before the breakdown."""
+    run written before the breakdown. No projector is next-token's (the JEPA arms' is at
+    least 1 x 1: prh.train_config)."""
     if not parts:
         return ""
     if not parts["projector"]:
-        return (f"encoder {parts['encoder']:,}; its word embeddings are the tied output head"
-                if arm == "ntp" else f"encoder {parts['encoder']:,}, no projector")
+        return f"encoder {parts['encoder']:,}; its word embeddings are the tied output head"
     return (f"encoder {parts['encoder']:,} and projector {parts['projector']:,}, which only "
             "training uses (the scores read the encoder)")
 
