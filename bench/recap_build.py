@@ -18,11 +18,12 @@ null keys (--old-rows caps its size).
     python bench/recap_build.py --rows 3000000 9000000 30000000 --workers 32 --old-rows 3000000
     python bench/recap_build.py --feed 1000000 4000000 16000000 47000000   # feed only
 
-Projections: rows/s is fitted as a line through the sizes (seconds = a + b x rows) and
-extrapolated to 2.24M, 50M and 940M images (corpus rows about the images: the subset is the
-bottom N of the whole corpus, so the build reads every row of the corpus it is given) on one
-node of --node-cores cores and on --nodes nodes, assuming the per-shard steps scale with
-cores and the one-task merge does not (its seconds measured here, per row, are added whole).
+Projections: the build's seconds are fitted as lines through the sizes (seconds = a + b x
+rows), the one-task steps (select, tokenizer: datatrove's time_stats in the work folder's logs)
+apart from the rest, and extrapolated to 2.24M, 50M and 940M corpus rows (the subset is the
+bottom N of the whole corpus, so the build reads every row it is given) on one node of
+--node-cores cores and on --nodes nodes: the per-shard steps divided by the cores (assumed:
+tasks are independent; not measured beyond this machine's), the one-task steps not divided.
 """
 
 from __future__ import annotations
@@ -169,16 +170,17 @@ print(json.dumps({"available": data.available, "s": time.perf_counter() - t,
 """
 
 
-def feed_subset(folder: Path, rows: int) -> Path:
-    """A tokens folder of `rows` images, each with one alt-text of 8 token ids (uint16),
-    written as 16 Arrow files, plus an empty summary (the fingerprint reads it)."""
+def feed_subset(folder: Path, rows: int, per_file: int = 1_000_000) -> Path:
+    """A tokens folder of `rows` images, each with one alt-text of 8 token ids (uint16), in
+    Arrow files of `per_file` rows as the build writes one per shard, plus an empty summary
+    (the fingerprint reads it)."""
     import pyarrow as pa
 
     subset = folder / "subset"
     (subset / "tokens").mkdir(parents=True)
     (subset / "summary.json").write_text("{}")
-    for i, start in enumerate(range(0, rows, -(-rows // 16))):
-        n = min(-(-rows // 16), rows - start)
+    for i, start in enumerate(range(0, rows, per_file)):
+        n = min(per_file, rows - start)
         inner = pa.ListArray.from_arrays(pa.array(np.arange(0, 8 * n + 1, 8, dtype=np.int32)),
                                          pa.array(np.full(8 * n, 7, np.uint16)))
         outer = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), inner)
@@ -189,12 +191,22 @@ def feed_subset(folder: Path, rows: int) -> Path:
     return subset
 
 
+def one_task_seconds(work: Path) -> float:
+    """The select and tokenizer steps' seconds (datatrove's time_stats of their one task)."""
+    return sum(json.loads((work / "logs" / step / "stats.json").read_text())[0]["time_stats"]
+               ["total"] for step in ("select", "tokenizer"))
+
+
 def fit(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
-    """(intercept s, slope s/row) by least squares; one size: no intercept."""
+    """(intercept s, slope s/row) by least squares, neither below 0 (a step whose time does
+    not grow with the rows, as the tokenizer's fixed sample, can fit a slope of -1 us by
+    noise); one size: no intercept."""
     if len(sizes) == 1:
         return 0.0, seconds[0] / sizes[0]
     b, a = np.polyfit(np.array(sizes, float), np.array(seconds, float), 1)
-    return float(a), float(b)
+    if b < 0:
+        return float(np.mean(seconds)), 0.0
+    return max(float(a), 0.0), float(b)
 
 
 def main() -> int:
@@ -213,7 +225,7 @@ def main() -> int:
     a = parser.parse_args()
     tmp = a.keep or Path(tempfile.mkdtemp(prefix="recap-build-"))
     print(f"machine: {os.cpu_count()} cores; workers {a.workers}; work in {tmp}", flush=True)
-    new_rows, new_s, rows_out = [], [], []
+    new_rows, new_s, serial_s, rows_out = [], [], [], []
     old_tree = None
     if a.old and any(r <= a.old_rows for r in a.rows):
         old_tree = tmp / "old-tree"
@@ -236,7 +248,8 @@ def main() -> int:
             rows_out.append(row)
             print(json.dumps(row), flush=True)
             new_rows.append(rows)
-            new_s.append(r["wall_s"])
+            serial_s.append(one_task_seconds(folder / "new.work"))
+            new_s.append(r["wall_s"] - serial_s[-1])
             if old_tree is not None and rows <= a.old_rows:
                 clean = folder / "clean"
                 clean_raw = write_corpus(clean, rows, a.shard_rows, 0.0)
@@ -255,14 +268,18 @@ def main() -> int:
                       f"{pair[1]['wall_s'] / pair[0]['wall_s']:.1f}x", flush=True)
         if new_rows:
             icpt, slope = fit(new_rows, new_s)
+            s_icpt, s_slope = fit(new_rows, serial_s)
             scale = a.node_cores / max(a.workers, 1)
-            print(f"fit: seconds = {icpt:.1f} + {slope * 1e6:.2f} us x rows (on {a.workers} "
-                  f"workers here)")
+            print(f"fit: per-shard steps {icpt:.1f} s + {slope * 1e6:.2f} us x rows on "
+                  f"{a.workers} workers; one-task steps {s_icpt:.1f} s + {s_slope * 1e6:.2f} us "
+                  "x rows")
             for target in TARGETS:
-                one = (icpt + slope * target) / scale
+                serial = s_icpt + s_slope * target
+                one = (icpt + slope * target) / scale + serial
+                many = (icpt + slope * target) / scale / a.nodes + serial
                 print(f"projection {target:,} rows: {one / 3600:.2f} h on one {a.node_cores}-core "
-                      f"node, {one / a.nodes / 3600:.2f} h on {a.nodes} (per-shard steps "
-                      "scaled by cores; assumed, not measured)")
+                      f"node, {many / 3600:.2f} h on {a.nodes} (of which one-task steps "
+                      f"{serial / 3600:.2f} h; assumed scaling, not measured)")
         for rows in a.feed:
             folder = tmp / f"feed-{rows}"
             subset = feed_subset(folder, rows)
@@ -282,6 +299,10 @@ def main() -> int:
     finally:
         if old_tree is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT)
+        if a.keep is None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     print(f"peak of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
           "MiB (corpus writing, the md5 check)")
     return 0

@@ -67,6 +67,11 @@ class _Step(PipelineStep):
         super().__init__()
         self.cfg, self.shards, self.work = cfg, list(shards), Path(work)
 
+    def __call__(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        """The task, timed into datatrove's stats (logs/STEP/stats.json: time_stats)."""
+        with self.track_time("task"):
+            self.run(data, rank, world_size)
+
     def write_stats(self, kind: str, rank: int, stats: dict[str, Any]) -> None:
         path = self.work / "stats" / f"{kind}-{rank:05d}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -144,8 +144,9 @@ def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path
     params["recap"]["train"]["encoder"] = {"max_len": 6}  # the encoder sees 4 tokens a text
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "subset"
+    (tmp_path / ".subset.build-0f0ther").mkdir()  # a build of other params, left by a failure
     assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out)]) == 0
-    assert not list(tmp_path.glob(".subset.build-*"))  # the work folder goes once out is in
+    assert not list(tmp_path.glob(".subset.build-*"))  # work folders go once out is in
     summary = json.loads((out / "summary.json").read_text())
     first: dict[str, tuple[list[str], list[str]]] = {}  # each key's first row: its texts
     for name in sorted(SHARDS):  # canonical order: sorted paths

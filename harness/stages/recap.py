@@ -5,7 +5,7 @@ shard on `--workers` processes): their texts per source as parquet shards, the W
 tokenizer, the tokens, and what the subset holds: images, rows left out, texts and tokens per
 source. Those counts are what a run's samples and GPU-hours are projected from (a sample reads
 one image's texts). A killed build resumes from its finished tasks (the work folder beside
---out, removed once --out is written)."""
+--out, named by what the build reads; every such folder goes once --out is written)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def main(argv: list[str]) -> int:
         with atomic_dir(args.out) as tmp:
             summary = build_subset(cfg, tmp, cut, work, args.workers)
             write_json(tmp / "summary.json", {"schema": str(RECAP_SUBSET), **summary})
-        shutil.rmtree(work, ignore_errors=True)
+        for done in args.out.parent.glob(f".{args.out.name}.build-*"):  # this one and stale ones
+            shutil.rmtree(done, ignore_errors=True)
     except ContractError as e:
         return fail(e)
     per = ", ".join(f"{n} {s['texts']:,} texts / {s['tokens']:,} tokens"
