@@ -30,7 +30,7 @@ import numpy as np
 
 from prh.io import ContractError
 
-TOKENS = "tokens"  # the subset folder's tokenised texts (datasets.Dataset.save_to_disk)
+TOKENS = "tokens"  # the subset folder's tokenised texts: one Arrow stream file per texts file
 SUBSET_SIZES = (2_240_000, 50_000_000, 100_000_000, 940_000_000)  # Appendix C's image counts
 OBTAIN = ("place Recap-DataComp-1B's parquet shards there (only the text columns are read; "
           "e.g. `huggingface-cli download UCSC-VLAA/Recap-DataComp-1B --repo-type dataset`)")

@@ -8,9 +8,10 @@ h = `key_order(seed, key)` among rows with a non-blank text of a source, each ke
 in canonical order. Steps, each writing under the build's work folder:
 
 1. signature (a task per shard): (h, row, texts) of the shard's rows with a text, sorted by (h,
-   row) into sig/NNNNN.npy (`Signature`).
-2. select (one task): the sorted signatures merged in chunks; the first N distinct h are kept,
-   each shard's kept (row, h) appended to select/NNNNN.bin, with the counts (`Select`).
+   row) into sig/NNNNN.bin (`Signature`).
+2. select (one task): the sorted signatures merged a window of each at a time (no file held
+   open); the first N distinct h are kept, each shard's kept (row, h) appended to
+   select/NNNNN.bin, with the counts (`Select`).
 3. texts (a task per shard): the kept rows' texts per source, in row order, as
    texts-NNNNN.parquet (row, key, h, one list column per source) (`Texts`).
 4. tokenizer (one task): WordPiece trained on the texts of the first kept keys in h order, up to
@@ -51,11 +52,11 @@ from prh.recap import (
     text_counts,
 )
 
-SIGNATURE = np.dtype([("h", "<u8"), ("row", "<u4"), ("texts", "<u2")])
+SIGNATURE = np.dtype([("h", "<u8"), ("row", "<u4"), ("texts", "<u2")])  # 14 bytes, raw files
 KEPT = np.dtype([("row", "<u4"), ("h", "<u8")])
-MERGE_RECORDS = 1 << 22  # signatures held by the select step per merge round, all shards together
-ENCODE_TEXTS = 16_384  # texts tokenised at once (tokenize_file)
-MIN_CHUNK = 1024  # each shard's share of a round at least (many shards: rounds over MERGE_RECORDS)
+MERGE_RECORDS = 1 << 22  # signatures the select step reads per round, all shards together
+MIN_CHUNK = 1024  # each shard's window at least (many shards: rounds over MERGE_RECORDS)
+ENCODE_ROWS = 8_192  # rows tokenised at once, one Arrow record batch (tokenize_file)
 
 
 class _Step(PipelineStep):
@@ -74,10 +75,8 @@ class _Step(PipelineStep):
 
     def write_stats(self, kind: str, rank: int, stats: dict[str, Any]) -> None:
         path = self.work / "stats" / f"{kind}-{rank:05d}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stats))
-        os.replace(tmp, path)
+        _tmp(path).write_text(json.dumps(stats))
+        os.replace(_tmp(path), path)
 
 
 class Signature(_Step):
@@ -109,16 +108,21 @@ class Signature(_Step):
             start += batch.num_rows
         sig = np.concatenate(parts) if parts else np.empty(0, SIGNATURE)
         sig = sig[np.lexsort((sig["row"], sig["h"]))]
-        _save(self.work / "sig" / f"{rank:05d}.npy", sig)
+        path = self.work / "sig" / f"{rank:05d}.bin"
+        sig.tofile(_tmp(path))
+        os.replace(_tmp(path), path)
         self.write_stats("signature", rank, {"rows": start, "without_text": start - texted,
                                              "without_key": keyless,
                                              "first_without_key": first_keyless})
 
 
 class Select(_Step):
-    """Step 2 (one task): the first `images` distinct h over every shard's signature, merged in
-    rounds of at most MERGE_RECORDS signatures; writes select/NNNNN.bin (KEPT records, h order)
-    and select/summary.json (kept, rows repeating a kept key, the last kept h, and the h up to
+    """Step 2 (one task): the first `images` distinct h over every shard's signature. Each round
+    reads a window of every shard's file (MERGE_RECORDS / shards records, at least MIN_CHUNK;
+    a window grows while it is one h) and takes every signature below the smallest last h of
+    the windows with more behind them, so no h is split between rounds; memory is the
+    windows', whatever the corpus. Writes select/NNNNN.bin (KEPT records, h order) and
+    select/summary.json (kept, rows repeating a kept key, the last kept h, and the h up to
     which the kept keys' texts make the tokenizer's sample)."""
 
     name = "select"
@@ -127,23 +131,31 @@ class Select(_Step):
         cfg, out = self.cfg, self.work / "select"
         shutil.rmtree(out, ignore_errors=True)  # a killed select starts over
         out.mkdir(parents=True)
-        sigs = [np.load(self.work / "sig" / f"{i:05d}.npy", mmap_mode="r")
-                for i in range(len(self.shards))]
-        at = [0] * len(sigs)
-        chunk = max(MIN_CHUNK, MERGE_RECORDS // max(len(sigs), 1))
+        paths = [self.work / "sig" / f"{i:05d}.bin" for i in range(len(self.shards))]
+        sizes = [p.stat().st_size // SIGNATURE.itemsize for p in paths]
+        read = [0] * len(paths)  # records read from each file into its window
+        windows = [np.empty(0, SIGNATURE) for _ in paths]
+        chunk = max(MIN_CHUNK, MERGE_RECORDS // max(len(paths), 1))
         kept = repeats = sample_texts = 0
         last = sample_h = None
         while kept < cfg.images:
-            live = [i for i, s in enumerate(sigs) if at[i] < s.size]
+            for i, path in enumerate(paths):  # top up each window; one h alone: read on
+                while read[i] < sizes[i] and (windows[i].size < chunk
+                                              or windows[i]["h"][0] == windows[i]["h"][-1]):
+                    more = np.fromfile(path, SIGNATURE, count=chunk,
+                                       offset=read[i] * SIGNATURE.itemsize)
+                    windows[i], read[i] = np.concatenate([windows[i], more]), read[i] + more.size
+            live = [i for i, w in enumerate(windows) if w.size]
             if not live:
                 break
-            top = min(int(sigs[i]["h"][min(at[i] + chunk, sigs[i].size) - 1]) for i in live)
-            take = []  # every signature with h <= top: no h is split between rounds
+            behind = [int(windows[i]["h"][-1]) for i in live if read[i] < sizes[i]]
+            top = min(behind) if behind else None  # below it, every window is complete
+            take = []
             for i in live:
-                end = at[i] + int(np.searchsorted(sigs[i]["h"][at[i]:], top, side="right"))
-                part = np.asarray(sigs[i][at[i]:end])
-                take.append((np.full(part.size, i, np.int64), part))
-                at[i] = end
+                h = np.ascontiguousarray(windows[i]["h"])
+                end = h.size if top is None else int(np.searchsorted(h, top, side="left"))
+                take.append((np.full(end, i, np.int64), windows[i][:end]))
+                windows[i] = windows[i][end:]
             shard = np.concatenate([s for s, _ in take])
             rec = np.concatenate([p for _, p in take])
             order = np.lexsort((rec["row"], shard, rec["h"]))
@@ -278,29 +290,24 @@ def tokenize_file(src: Path, names: Sequence[str], tokenizer: Any, dest: Path,
     import pyarrow.parquet as pq
 
     ids = pa.uint16() if tokenizer.vocab_size <= 1 << 16 else pa.uint32()
-    table = pq.read_table(src, columns=list(names))
-    columns, stats = {}, {}
-    for name in names:
-        texts = pc.list_flatten(table.column(name))
-        parts = []  # encoded ENCODE_TEXTS at a time: the library's encodings weigh ~1 KB each
-        for start in range(0, len(texts), ENCODE_TEXTS):
-            encoded = tokenizer.encode_batch(texts.slice(start, ENCODE_TEXTS).to_pylist())
-            lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-            parts.append((lengths, np.fromiter((i for e in encoded for i in e), np.int64,
-                                               int(lengths.sum()))))
-        lengths = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in parts)])
-        flat = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)])
-        inner = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()),
-                                         pa.array(flat, ids))
-        outer = table.column(name).combine_chunks()
-        columns[name] = pa.ListArray.from_arrays(outer.offsets, inner)
-        stats[name] = {"tokens": int(lengths.sum()),
-                       "unk_tokens": int((flat == tokenizer.unk_id).sum()),
-                       "texts_cut": int((lengths > cut).sum())}
-    out = pa.table(columns)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with pa.OSFile(str(_tmp(dest)), "wb") as sink, pa.ipc.new_stream(sink, out.schema) as w:
-        w.write_table(out)
+    stats = {name: {"tokens": 0, "unk_tokens": 0, "texts_cut": 0} for name in names}
+    schema = pa.schema([(name, pa.list_(pa.list_(ids))) for name in names])
+    with pa.OSFile(str(_tmp(dest)), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+        for batch in pq.ParquetFile(src).iter_batches(batch_size=ENCODE_ROWS, columns=names):
+            columns = []  # one record batch: its own offsets (int32 per batch, whatever the file)
+            for name in names:
+                lists = batch.column(name)
+                encoded = tokenizer.encode_batch(pc.list_flatten(lists).to_pylist())
+                lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+                flat = np.fromiter((i for e in encoded for i in e), np.int64, int(lengths.sum()))
+                inner = pa.ListArray.from_arrays(
+                    pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()), pa.array(flat, ids))
+                columns.append(pa.ListArray.from_arrays(
+                    pc.subtract(lists.offsets, lists.offsets[0]), inner))
+                stats[name]["tokens"] += int(lengths.sum())
+                stats[name]["unk_tokens"] += int((flat == tokenizer.unk_id).sum())
+                stats[name]["texts_cut"] += int((lengths > cut).sum())
+            w.write_batch(pa.record_batch(columns, schema=schema))
     os.replace(_tmp(dest), dest)
     return stats
 
@@ -349,6 +356,15 @@ def check_selected(cfg: RecapConfig, work: Path) -> dict[str, Any]:
     return selected
 
 
+def pending(cfg: RecapConfig, out: Path, cut: int) -> list[tuple[str, int]]:
+    """(name, tasks) of the steps whose tasks are not all done in `out`'s work folder
+    (datatrove's completion markers), in order; the shards' footers are checked first."""
+    shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)
+    work = work_folder(out, cfg, cut)
+    return [(step.name, tasks) for step, tasks in steps(cfg, shards, work, cut)
+            if len(list((work / "logs" / step.name / "completions").glob("*"))) < tasks]
+
+
 def build_part(cfg: RecapConfig, out: Path, cut: int, name: str, node: int, nodes: int,
                workers: int) -> None:
     """Node `node` of `nodes`' share of step `name` (a SLURM job of `harness launch`), in
@@ -364,7 +380,8 @@ def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
                  workers: int | None = None) -> dict[str, Any]:
     """Run the five steps with `workers` processes (default: the cores) in `work`, move the
     texts, tokenizer and tokens into `out`, and return the summary's counts. `work` keeps the
-    finished tasks of a killed build; the caller removes it once `out` is in place."""
+    finished tasks of a killed build (and the files `out` links to until then); the caller
+    removes it once `out` is in place."""
     shards = check_shards(cfg.data, cfg.columns, cfg.images, cfg.text_columns)  # footers first
     workers = max(1, workers or os.cpu_count() or 1)
     for step, tasks in steps(cfg, shards, work, cut):
@@ -372,19 +389,19 @@ def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
         if isinstance(step, Select):
             selected = check_selected(cfg, work)
     for part in ("texts", "tokens"):
-        stats = [json.loads(p.read_text()) for p in sorted((work / "stats").glob(f"{part}-*"))]
+        stats = [json.loads(p.read_text()) for p in sorted((work / "stats").glob(f"{part}-*.json"))]
         for name, _ in cfg.sources:
             for s in stats:
                 for k, v in s[name].items():
                     selected.setdefault(name, {}).setdefault(k, 0)
                     selected[name][k] += v
-    read = [json.loads(p.read_text()) for p in sorted((work / "stats").glob("signature-*"))]
+    read = [json.loads(p.read_text()) for p in sorted((work / "stats").glob("signature-*.json"))]
     tok = json.loads((work / "stats" / "tokenizer-00000.json").read_text())
     written = sorted(p.name for p in (work / "texts").glob("texts-*.parquet"))
-    for name in written:
-        os.replace(work / "texts" / name, out / name)
-    shutil.move(str(work / "tokenizer"), out / "tokenizer")
-    shutil.move(str(work / TOKENS), out / TOKENS)
+    for name in written:  # linked, not moved: a gather killed half-way can be done again
+        _link(work / "texts" / name, out / name)
+    shutil.copytree(work / "tokenizer", out / "tokenizer", copy_function=_link)
+    shutil.copytree(work / TOKENS, out / TOKENS, copy_function=_link)
     return {"images": cfg.images, "seed": cfg.seed, "unique_images": selected["kept"],
             "rows_read": sum(r["rows"] for r in read),
             "rows_without_text": sum(r["without_text"] for r in read),
@@ -404,11 +421,12 @@ def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
             "cut_at": cut, "written": written}
 
 
-def _save(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(_tmp(path), "wb") as f:
-        np.save(f, array)
-    os.replace(_tmp(path), path)
+def _link(src: str | Path, dst: str | Path) -> None:
+    """A hard link of `src` at `dst` (a copy across file systems)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _tmp(path: Path) -> Path:

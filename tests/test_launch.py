@@ -135,13 +135,19 @@ def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path
     without retraining, and each account equals one process's on the same global batch
     (2 x 2)."""
     from harness.config.recap import encoder_cut, load_recap
-    from prh.recap_subset import build_subset
+    from prh.recap_subset import build_subset, work_folder
 
     repo = recap_workspace(tmp_path, monkeypatch)
-    checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm",
-                                          {"timeout_min": 20, "cpus_per_task": 2},
+    slurm = {"timeout_min": 20, "cpus_per_task": 2}
+    assert launch.build_on_slurm(repo, repo / "runs" / ".launch", "slurm", slurm, 2) == 8
+    # every task done (2+1+2+1+2 jobs over 3+1+3+1+3 tasks) in the folder the stage will read
+    work = work_folder(repo / "data/recap/subset", load_recap(repo / "params.yaml"),
+                       encoder_cut(repo / "params.yaml"))
+    assert [len(list((work / "logs" / s / "completions").iterdir()))
+            for s in ("signature", "select", "texts", "tokenizer", "tokens")] == [3, 1, 3, 1, 3]
+    checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm", slurm,
                                           launch.Spread(1, 2), build_jobs=2)
-    assert "the subset's build ran as 8 job(s)" in capsys.readouterr().out  # 2+1+2+1+2
+    assert "the subset's build ran" not in capsys.readouterr().out  # nothing left to build
     here = tmp_path / "here"
     here.mkdir()
     local = build_subset(load_recap(repo / "params.yaml"), here,

@@ -170,8 +170,12 @@ def test_a_seed_run_two_results_share_stays_nested_under_the_first_and_both_list
         else:  # shared: still the workspace's
             assert nested_first == seeds and children(store, theirs[name]) == {}
     aggregate(tmp_path, align_dir(tmp_path, ids))  # the workspace again: nothing moves
-    assert children(store, mine["good (seeds 0,1)"]) == {run_name("good", s): ids["good", s]
-                                                         for s in PARAMS.seeds}
+    good = {run_name("good", s): ids["good", s] for s in PARAMS.seeds}
+    assert children(store, mine["good (seeds 0,1)"]) == good
+    store.delete_run(mine["good (seeds 0,1)"])  # deleted in the UI: its seed runs are free
+    tracking.log_results(first, bad_again, profile="world", params_hash="0ther",
+                         data_hash="d9e8f7a6")
+    assert children(store, theirs["good (seeds 0,1)"]) == good
 
 
 def test_the_report_is_logged_on_the_pipeline_run(aggregated, monkeypatch, capsys):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -97,6 +99,36 @@ def test_the_subset_is_the_n_keys_of_smallest_md5_whatever_the_listing_and_merge
         build(config(other, 9, seed), tmp_path / "nine")
 
 
+@pytest.mark.parametrize("draw", range(3))
+def test_keys_repeated_within_and_across_shards_are_one_image_whatever_the_windows(
+        tmp_path, monkeypatch, draw):
+    """Random corpora where keys repeat inside a shard and across shards, merged with windows
+    of one signature (every window edge falls somewhere): the chosen keys are the md5 ranking's
+    first N, each once, from its first row, and the repeats are counted."""
+    rng = np.random.default_rng(draw)
+    root = tmp_path / "raw"
+    rows, start = [], 0
+    for shard in range(3):
+        keys = [f"k{k}" for k in rng.integers(0, 12, 15)]
+        rows += [(shard, start + i, k) for i, k in enumerate(keys)]
+        (root / f"s{shard}").mkdir(parents=True)
+        pq.write_table(pa.table({"key": keys, "org_caption": [f"row {start + i}"
+                                                             for i in range(15)],
+                                 "re_caption": [None] * 15}), root / f"s{shard}/x.parquet")
+        start += 15
+    first = {}
+    for _, row, key in rows:
+        first.setdefault(key, row)
+    ranked = sorted(first, key=lambda k: hashlib.md5(f"{draw}:{k}".encode()).hexdigest())
+    monkeypatch.setattr(recap_subset, "MERGE_RECORDS", 1)
+    monkeypatch.setattr(recap_subset, "MIN_CHUNK", 1)
+    n = len(ranked) - 2
+    summary, got = build(config(root, n, draw, tokenizer_sample=5), tmp_path / "out")
+    assert sorted(r["key"] for r in got) == sorted(ranked[:n])  # each once
+    assert all(r["alt"] == [f"row {first[r['key']]}"] for r in got)  # from its first row
+    assert summary["duplicate_key_rows"] == sum(1 for _, _, k in rows if k in ranked[:n]) - n
+
+
 @pytest.mark.slow  # a pool of two spawned workers: .ci/run's pipeline section
 def test_two_workers_write_the_same_subset_as_one(tmp_path):
     root = write_corpus(tmp_path / "raw")
@@ -109,8 +141,9 @@ def test_two_workers_write_the_same_subset_as_one(tmp_path):
 
 
 def test_a_killed_build_resumes_from_its_finished_tasks(tmp_path, monkeypatch):
-    """The texts step dies on its second shard; the rerun skips the finished tasks (the
-    signatures are not rewritten) and writes what an uninterrupted build writes."""
+    """The texts step dies on its second shard, then the rerun dies gathering; the next skips
+    every finished task (the signatures are not rewritten), gathers again and writes what an
+    uninterrupted build writes."""
     root = write_corpus(tmp_path / "raw")
     cfg, out, work = config(root, 6), tmp_path / "out", tmp_path / "work"
     whole = build(cfg, tmp_path / "whole")
@@ -128,7 +161,21 @@ def test_a_killed_build_resumes_from_its_finished_tasks(tmp_path, monkeypatch):
     monkeypatch.setattr(recap_subset.Texts, "run", run)
     stamps = {p: p.stat().st_mtime_ns for p in (work / "sig").iterdir()}
     assert (work / "texts/texts-00000.parquet").exists()  # shard 0's texts task finished
-    summary = build_subset(cfg, out, 62, work, 1)
+    link, links = recap_subset._link, []
+
+    def dies_gathering(src, dst):  # killed after the first file reached the output
+        if links:
+            raise RuntimeError("killed while gathering")
+        links.append(dst)
+        link(src, dst)
+
+    monkeypatch.setattr(recap_subset, "_link", dies_gathering)
+    with pytest.raises(RuntimeError, match="gathering"):
+        build_subset(cfg, out, 62, work, 1)
+    monkeypatch.setattr(recap_subset, "_link", link)
+    shutil.rmtree(out)  # as atomic_dir drops its temp folder
+    out.mkdir()
+    summary = build_subset(cfg, out, 62, work, 1)  # every task done: gathers again
     assert {p: p.stat().st_mtime_ns for p in (work / "sig").iterdir()} == stamps
     assert (summary, [r for f in sorted(out.glob("texts-*.parquet"))
                       for r in pq.read_table(f).to_pylist()]) == whole

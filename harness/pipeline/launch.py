@@ -156,43 +156,55 @@ def prepare_checkout(root: Path, shared: Path, pipeline: Pipeline = MATRIX) -> P
     return checkout
 
 
-def build_part(root: str, step: str, node: int, nodes: int, workers: int) -> None:
-    """One SLURM job of the subset's build: node `node` of `nodes`' share of `step`, in the
-    workspace (prh.recap_subset.build_part), with the recap stage's params and output."""
+def _subset_build(root: Path) -> tuple[Any, Path, int]:
+    """The recap stage's (config, output folder, cut), as the stage reads them."""
     import yaml
 
     from harness.config.recap import encoder_cut, load_recap
+
+    stage = yaml.safe_load((root / WEB_TEXT_RUNS.dvcfile).read_text())["stages"]["recap"]
+    return (load_recap(root / "params.yaml"), Path(stage["outs"][0]),
+            encoder_cut(root / "params.yaml"))
+
+
+def build_part(root: str, step: str, node: int, nodes: int, workers: int) -> None:
+    """One SLURM job of the subset's build: node `node` of `nodes`' share of `step`, in the
+    workspace (prh.recap_subset.build_part), with the recap stage's params and output."""
     from prh.recap_subset import build_part as run_part
 
-    os.chdir(root)  # params.yaml's paths are the workspace's
-    stage = yaml.safe_load(Path(WEB_TEXT_RUNS.dvcfile).read_text())["stages"]["recap"]
-    out = Path(root) / stage["outs"][0]
-    run_part(load_recap(Path("params.yaml")), out, encoder_cut(Path("params.yaml")), step, node,
-             nodes, workers)
+    os.chdir(root)  # params.yaml's paths are the workspace's, as the stage's
+    cfg, out, cut = _subset_build(Path(root))
+    run_part(cfg, out, cut, step, node, nodes, workers)
 
 
 def build_on_slurm(root: Path, shared: Path, cluster: str | None, slurm: dict[str, Any],
                    jobs: int) -> int:
-    """The recap stage's build as SLURM jobs, step by step, when `dvc status` finds the stage
-    out of date; returns the jobs submitted (0: up to date). A failed step raises naming its
-    log."""
+    """The recap stage's build as SLURM jobs, each step whose tasks are not all done, in order,
+    when `dvc status` finds the stage out of date; returns the jobs submitted (0: nothing to
+    build). A failed step raises naming its log."""
     import json
 
     import submitit
 
-    from prh.recap_subset import STEPS
+    from prh.recap_subset import pending
 
     address = WEB_TEXT_RUNS.address("recap")
     status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", address],
                             cwd=root, capture_output=True, text=True, check=True).stdout
     if not json.loads(status or "{}"):
         return 0
+    cwd = Path.cwd()
+    os.chdir(root)  # the shards' and the work folder's paths are the workspace's
+    try:
+        todo = pending(*_subset_build(root))
+    finally:
+        os.chdir(cwd)
     executor = submitit.AutoExecutor(folder=shared / "logs" / "build" / "%j", cluster=cluster)
     executor.update_parameters(name="prh-recap-build", **{k: v for k, v in slurm.items()
                                                           if k != "gpus_per_node"})
     workers, submitted = int(slurm.get("cpus_per_task", 1)), 0
-    for step in STEPS:
-        parts = 1 if step in ("select", "tokenizer") else jobs
+    for step, tasks in todo:
+        parts = min(jobs, tasks)
         with executor.batch():
             running = [executor.submit(build_part, str(root), step, k, parts, workers)
                        for k in range(parts)]

@@ -534,14 +534,16 @@ def _nest(client: Any, experiment_id: str, parent: str, children: list[str]) -> 
 
 
 def _lists(client: Any, run_id: str, child: str) -> bool:
-    """Whether run `run_id` is in the store and lists `child` among its MEMBERS."""
+    """Whether run `run_id` is in the store, not deleted, and lists `child` among its
+    MEMBERS."""
     from mlflow.exceptions import MlflowException
 
     try:
-        members = client.get_run(run_id).data.tags.get(MEMBERS, "")
+        run = client.get_run(run_id)
     except MlflowException:
         return False
-    return child in members.split(",")
+    return (run.info.lifecycle_stage == "active"
+            and child in run.data.tags.get(MEMBERS, "").split(","))
 
 
 def _log_scores(client: Any, run_id: str, scores: dict[str, float]) -> None:
