@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -388,13 +389,12 @@ def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
         run_step(step, tasks, workers)
         if isinstance(step, Select):
             selected = check_selected(cfg, work)
-    for part in ("texts", "tokens"):
-        stats = [json.loads(p.read_text()) for p in sorted((work / "stats").glob(f"{part}-*.json"))]
-        for name, _ in cfg.sources:
-            for s in stats:
-                for k, v in s[name].items():
-                    selected.setdefault(name, {}).setdefault(k, 0)
-                    selected[name][k] += v
+    sums: dict[str, Counter[str]] = {name: Counter() for name, _ in cfg.sources}
+    for part in ("texts", "tokens"):  # the per-task counts of each source, summed
+        for path in sorted((work / "stats").glob(f"{part}-*.json")):
+            stats = json.loads(path.read_text())
+            for name, total in sums.items():
+                total.update(stats[name])
     read = [json.loads(p.read_text()) for p in sorted((work / "stats").glob("signature-*.json"))]
     tok = json.loads((work / "stats" / "tokenizer-00000.json").read_text())
     written = sorted(p.name for p in (work / "texts").glob("texts-*.parquet"))
@@ -413,9 +413,9 @@ def build_subset(cfg: RecapConfig, out: Path, cut: int, work: Path,
             "duplicate_key_rows": selected["repeats"],
             "shards_read": [{"path": s.path.relative_to(cfg.data).as_posix(), "rows": s.rows}
                             for s in shards],
-            "sources": {name: {"columns": list(cols), **selected[name],
-                               "tokens_per_text": selected[name]["tokens"]
-                               / max(selected[name]["texts"], 1)}
+            "sources": {name: {"columns": list(cols), **sums[name],
+                               "tokens_per_text": sums[name]["tokens"]
+                               / max(sums[name]["texts"], 1)}
                         for name, cols in cfg.sources},
             "tokenizer": {"vocab_size": tok["vocab_size"], "sample_texts": tok["sample_texts"]},
             "cut_at": cut, "written": written}

@@ -222,28 +222,17 @@ class StreamData:
                               "name sources the recap stage wrote in recap.train.sources, add "
                               "them to recap.sources, or set recap.paraphrase.model for "
                               "paraphrase")
-        data = cls(table.with_format(None), tuple(sources), 0,
-                   _fingerprint([Path(subset), *([extra.parent] if more is not None else [])],
-                                sources))
-        available = sum(int(np.count_nonzero(c)) for c in data._texted())
+        available = sum(int(np.count_nonzero(c)) for c in _texted(table, sources))
         if available == 0:
             raise StreamError(f"{path}: no image has a text of {list(sources)}")
-        return cls(data.table, data.sources, available, data.fingerprint)
-
-    def _texted(self) -> Any:
-        """Per record batch of the table: which rows hold a text of the sources (one batch's
-        arrays at a time, whatever the subset's size)."""
-        import pyarrow.compute as pc
-
-        arrow = self.table.data.table.select(list(self.sources))
-        for batch in arrow.to_batches():
-            yield sum(pc.list_value_length(batch.column(s)).fill_null(0).to_numpy(
-                zero_copy_only=False) for s in self.sources) > 0
+        return cls(table.with_format(None), tuple(sources), available,
+                   _fingerprint([Path(subset), *([extra.parent] if more is not None else [])],
+                                sources))
 
     def texted_batches(self) -> Any:
         """The samples' rows (uint32), one record batch's at a time."""
         start = 0
-        for texted in self._texted():
+        for texted in _texted(self.table, self.sources):
             yield (np.flatnonzero(texted) + start).astype(np.uint32)
             start += texted.size
 
@@ -255,6 +244,16 @@ class StreamData:
         """Per row drawn: its texts' token ids, sources in order."""
         picked = self.table.select_columns(list(self.sources))[np.asarray(rows).tolist()]
         return [[t for s in self.sources for t in picked[s][i]] for i in range(len(rows))]
+
+
+def _texted(table: Any, sources: Sequence[str]) -> Any:
+    """Per record batch of a tokens table: which rows hold a text of `sources` (one batch's
+    arrays at a time, whatever the subset's size)."""
+    import pyarrow.compute as pc
+
+    for batch in table.data.table.select(list(sources)).to_batches():
+        yield sum(pc.list_value_length(batch.column(s)).fill_null(0).to_numpy(
+            zero_copy_only=False) for s in sources) > 0
 
 
 def open_tokens(folder: Path) -> Any:
