@@ -16,8 +16,8 @@ in canonical order. Steps, each writing under the build's work folder:
    texts-NNNNN.parquet (row, key, h, one list column per source) (`Texts`).
 4. tokenizer (one task): WordPiece trained on the texts of the first kept keys in h order, up to
    `tokenizer_sample` texts: a sample that does not depend on shard order (`TrainTokenizer`).
-5. tokens (a task per shard): `encode_batch` per source into tokens/NNNNN.arrow (uint16 ids where
-   the vocabulary fits), read memory-mapped by prh.stream (`Tokens`).
+5. tokens (a task per shard): `Tokenizer.encode_arrow` per source into tokens/NNNNN.arrow
+   (uint16 ids where the vocabulary fits), read memory-mapped by prh.stream (`Tokens`).
 
 A killed build resumes at task granularity: datatrove marks each finished task in the work folder
 and skips it on the next run (`skip_completed`). On SLURM (`harness launch`) each step's tasks
@@ -298,14 +298,12 @@ def tokenize_file(src: Path, names: Sequence[str], tokenizer: Any, dest: Path,
             columns = []  # one record batch: its own offsets (int32 per batch, whatever the file)
             for name in names:
                 lists = batch.column(name)
-                encoded = tokenizer.encode_batch(pc.list_flatten(lists).to_pylist())
-                lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-                flat = np.fromiter((i for e in encoded for i in e), np.int64, int(lengths.sum()))
-                inner = pa.ListArray.from_arrays(
-                    pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()), pa.array(flat, ids))
+                inner = tokenizer.encode_arrow(pc.list_flatten(lists), ids)
                 columns.append(pa.ListArray.from_arrays(
                     pc.subtract(lists.offsets, lists.offsets[0]), inner))
-                stats[name]["tokens"] += int(lengths.sum())
+                lengths = pc.list_value_length(inner).to_numpy()
+                flat = pc.list_flatten(inner).to_numpy()
+                stats[name]["tokens"] += len(flat)
                 stats[name]["unk_tokens"] += int((flat == tokenizer.unk_id).sum())
                 stats[name]["texts_cut"] += int((lengths > cut).sum())
             w.write_batch(pa.record_batch(columns, schema=schema))

@@ -6,6 +6,10 @@ transformers 5 silently ignores `BertTokenizerFast(vocab_file=...)`: the vocabul
 the 5 special tokens and every word maps to [UNK], so this module never goes through
 transformers.
 Special tokens, in id order: [PAD] [UNK] [CLS] [SEP] [MASK] (BERT's names; ids assumed by us).
+
+Web text is tokenised by `Tokenizer.encode_arrow`, the library's pipeline vectorised over an
+Arrow array for plain texts (`PLAIN`), the library itself for the rest: same ids, about ten
+times faster (the library spends about 1 us a token building Encoding objects).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import tokenizers
 from tokenizers import models
 from tokenizers.implementations import BertWordPieceTokenizer
@@ -25,6 +32,15 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE = "vocab.txt"
 PREFIX = "##"                # WordPiece continuing-subword prefix
+
+# Texts made of printable ASCII, tab, newline and carriage return. On them the library's
+# BertNormalizer(lowercase=True) is ASCII lowercasing (clean_text turns \t\n\r into spaces
+# and removes only other control characters; accents and Chinese characters are not ASCII),
+# and its BertPreTokenizer splits at whitespace and isolates every punctuation character:
+# in ASCII, the 32 of Rust's is_ascii_punctuation (`PUNCTUATION`).
+PLAIN = r"^[\t\n\r\x20-\x7e]*$"
+PUNCTUATION = r"([!-/:-@\[-`{-~])"
+KNOWN_WORDS = 1 << 20        # words whose pieces encode_arrow keeps between calls
 
 
 class TokenizerError(ContractError):
@@ -41,6 +57,7 @@ class Tokenizer:
             raise TokenizerError(f"{source}: vocabulary lacks special tokens {missing}; "
                                  "retrain it with prh.tokenizer.train_tokenizer")
         self._backend = backend
+        self._known = (pa.array([], pa.string()), pa.array([], pa.list_(pa.int64())))
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids.values()
         self.vocab_size: int = backend.get_vocab_size()
 
@@ -51,6 +68,59 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """`encode` for many texts at once (the library parallelises it)."""
         return [e.ids for e in self._backend.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_arrow(self, texts: pa.Array, ids: pa.DataType | None = None) -> pa.ListArray:
+        """`encode_batch` of a string array without nulls, as one list of `ids` per text.
+        Plain texts (`PLAIN`) are split into words by `plain_words`, each distinct word is
+        tokenised once by the WordPiece model, and the texts' ids gathered by Arrow; the rest
+        go through the library. Offsets are int32: under 2^31 tokens a call."""
+        ids = ids or pa.int64()
+        if texts.null_count:
+            raise ValueError(f"{texts.null_count} of {len(texts)} texts are null: leave them out")
+        plain = pc.match_substring_regex(texts, PLAIN)
+        fast = self._encode_plain(texts.filter(plain), ids)
+        if len(fast) == len(texts):
+            return fast
+        other = texts.filter(pc.invert(plain))
+        slow = pa.array(self.encode_batch(other.to_pylist()), pa.list_(ids))
+        where = np.asarray(plain.to_numpy(zero_copy_only=False), bool)
+        order = np.empty(len(texts), np.int64)  # text i's row in [fast, slow]
+        order[where] = np.arange(len(fast))
+        order[~where] = len(fast) + np.arange(len(other))
+        return pa.concat_arrays([fast, slow]).take(pa.array(order))
+
+    def _encode_plain(self, texts: pa.Array, ids: pa.DataType) -> pa.ListArray:
+        """`encode_arrow` of texts that are all `PLAIN`."""
+        words = plain_words(texts)
+        coded = pc.list_flatten(words).dictionary_encode()
+        pieces = self._pieces(coded.dictionary).cast(pa.list_(ids))
+        index = coded.indices
+        flat = pc.list_flatten(pieces.take(index))
+        counts = np.asarray(pc.list_value_length(pieces), np.int64)[index.to_numpy()]
+        ends = np.r_[0, np.cumsum(counts)]
+        if ends[-1] >= 1 << 31:
+            raise ValueError(f"{len(texts)} texts hold {ends[-1]} tokens: encode fewer at a time")
+        first = words.offsets[0].as_py()
+        offsets = ends[np.asarray(words.offsets, np.int64) - first]
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
+
+    def _pieces(self, words: pa.Array) -> pa.ListArray:
+        """The WordPiece ids of each of the distinct normalised `words`; a word is tokenised
+        by the model once and kept (up to KNOWN_WORDS words or one call's, then the store
+        starts over)."""
+        known, pieces = self._known
+        at = pc.index_in(words, value_set=known)
+        new = words.filter(pc.is_null(at))
+        if len(new):
+            if len(known) + len(new) > KNOWN_WORDS:
+                known, pieces, new = known[:0], pieces[:0], words
+            model = self._backend.model
+            found = pa.array([[t.id for t in model.tokenize(w)] for w in new.to_pylist()],
+                             pa.list_(pa.int64()))
+            known, pieces = pa.concat_arrays([known, new]), pa.concat_arrays([pieces, found])
+            self._known = known, pieces
+            at = pc.index_in(words, value_set=known)
+        return pieces.take(at)
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids` (special tokens kept, for inspecting views)."""
@@ -86,10 +156,27 @@ class Tokenizer:
         return tok
 
 
+def plain_words(texts: pa.Array) -> pa.ListArray:
+    """The words of `PLAIN` texts after BERT normalisation and pre-tokenisation (see `PLAIN`)."""
+    spaced = pc.replace_substring_regex(pc.ascii_lower(texts), PUNCTUATION, r" \1 ")
+    split = pc.ascii_split_whitespace(spaced)  # leading or trailing whitespace gives ""
+    flat = pc.list_flatten(split)
+    kept = pc.greater(pc.binary_length(flat), 0)
+    counts = np.bincount(pc.list_parent_indices(split).filter(kept).to_numpy(),
+                         minlength=len(texts))
+    return pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)], pa.int32()),
+                                    flat.filter(kept))
+
+
 def _word_counts(texts: Iterable[str], backend: tokenizers.Tokenizer) -> Counter[str]:
-    """Count the words of `texts` after BERT normalisation and pre-tokenisation."""
-    counts: Counter[str] = Counter()
-    for text in texts:
+    """Count the words of `texts` after BERT normalisation and pre-tokenisation: plain texts
+    by `plain_words`, the rest by the library's normaliser and pre-tokeniser."""
+    array = pa.array(list(texts), pa.string())
+    plain = pc.match_substring_regex(array, PLAIN)
+    found = pc.value_counts(pc.list_flatten(plain_words(array.filter(plain))))
+    counts = Counter(dict(zip(found.field("values").to_pylist(),
+                              found.field("counts").to_pylist(), strict=True)))
+    for text in array.filter(pc.invert(plain)).to_pylist():
         normal = backend.normalizer.normalize_str(text)
         counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normal))
     return counts

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.audit import web_text
 from harness.audit.claims import REGISTRY, load_registry
 from harness.audit.judge import audit
 from harness.audit.rules import Context
@@ -75,6 +76,11 @@ def test_the_table_gives_each_consumer_the_list_it_showed() -> None:
         "sts_spearman": 0.01, "pairfree_r_at_1": 0.005}
     assert names.label("mknn5", 5) == "mutual 5-NN"
     assert len({m.name for m in names.TABLE}) == len(names.TABLE)  # one row a name
+    # a web-text claim's metric -> its benchmark; the metric each benchmark scores names it back
+    assert web_text.BENCHMARK == {"r_at_1": "flickr30k", "mknn10": "wit1024",
+                                  "wit_mknn10": "wit1024"}
+    for b, (_, at) in names.WEB_TEXT_BENCHMARKS.items():
+        assert names.row(at(5), 5).benchmark == b
 
 
 def test_docs_print_the_table_as_it_is() -> None:

@@ -102,3 +102,67 @@ def test_vocabulary_does_not_depend_on_the_process_hash_seed(tmp_path):
                           cwd=Path(__file__).parents[1]).stdout
            for seed in ("1", "2")]
     assert out[0] == out[1] == " ".join(train_tokenizer(CORPUS, 120).vocab()) + "\n"
+
+
+# The vectorised path against the library. Its alphabet holds every class PLAIN and
+# PUNCTUATION split on: letters of both cases, digits, the 32 ASCII punctuation characters,
+# space, \t\n\r, \v and \f (whitespace the library's clean_text removes), other control
+# characters, and non-ASCII text (accents, CJK, NBSP, U+FFFD) that must take the library path.
+ALPHABET = ("abcdezABCDEZ019 " + "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum())
+            + "\t\n\r\x0b\x0c\x00\x01\x7f" + "éÉñ中文\u00a0\ufffd\u0301")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(ALPHABET, max_size=40) | st.sampled_from(CORPUS)
+                | st.text("ab", min_size=99, max_size=103), max_size=12))
+def test_encode_arrow_equals_the_library(tok, texts):
+    import pyarrow as pa
+
+    got = tok.encode_arrow(pa.array(texts, pa.string()), pa.uint16())
+    assert got.type == pa.list_(pa.uint16())
+    assert got.to_pylist() == tok.encode_batch(texts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(ALPHABET, max_size=40) | st.sampled_from(CORPUS), max_size=12))
+def test_word_counts_equal_the_library(tok, texts):
+    from collections import Counter
+
+    from prh.tokenizer import _word_counts
+
+    backend = tok._backend
+    expected = Counter(w for t in texts for w, _ in
+                       backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(t)))
+    assert _word_counts(iter(texts), backend) == expected
+
+
+def test_encode_arrow_refuses_null_texts(tok):
+    import pyarrow as pa
+
+    with pytest.raises(ValueError, match="1 of 2 texts are null"):
+        tok.encode_arrow(pa.array(["a dog", None]))
+
+
+@pytest.mark.parametrize("c", [*"\t\n\r\x0b\x0c\x00\x01\x1f\x7f\u00a0\ufffd\u0301é中!`~"])
+def test_encode_arrow_inside_a_word(tok, c):
+    """Each character class of ALPHABET between two letters, and at the ends: a character the
+    library removes, spaces or isolates must not be taken for a letter, nor the reverse."""
+    import pyarrow as pa
+
+    texts = [f"dog{c}ball", f"{c}red {c}", f"A{c}{c}B"]
+    assert tok.encode_arrow(pa.array(texts)).to_pylist() == tok.encode_batch(texts)
+
+
+def test_encode_arrow_keeps_known_words_up_to_its_bound(tok, monkeypatch):
+    """Words kept between calls, and the store started over when full, give the same ids."""
+    import pyarrow as pa
+
+    import prh.tokenizer
+
+    monkeypatch.setattr(prh.tokenizer, "KNOWN_WORDS", 5)
+    fresh = Tokenizer(tok._backend)
+    for start in range(5):  # each call brings new words and repeats some of the last call's
+        texts = [f"red{start} dog{start - 1}", f"ball{start}, the park", "a dog runs"]
+        assert fresh.encode_arrow(pa.array(texts)).to_pylist() == tok.encode_batch(texts)
+        distinct = len(set(prh.tokenizer.plain_words(pa.array(texts)).flatten().to_pylist()))
+        assert len(fresh._known[0]) <= max(5, distinct)  # one call's words are all kept

@@ -43,11 +43,8 @@ from harness.stats.estimators import (
     two_level_mean,
 )
 
-# a claim's metric -> the benchmark its web-text run is scored on (the evaluated WIT name too)
-BENCHMARK = {**{at(names.PAPER_K): b for b, (_, at) in names.WEB_TEXT_BENCHMARKS.items()},
-             "wit_mknn10": "wit1024"}
-# the margin of a trained run's number (the metric table's: seeds vary), per claim metric
-TRAINED_MARGIN = {"wit_mknn10": names.mknn(names.PAPER_K), "r_at_1": "r_at_1"}
+# a claim's metric -> the benchmark its web-text run is scored on (the metric table's column)
+BENCHMARK = {name: m.benchmark for name, m in names.rows(names.PAPER_K).items() if m.benchmark}
 MILLION = 1e6
 SEED_SPREAD_CLAIM = "jepa_50m_seeds"  # the paper's only seed spread of the 33M encoder on WIT
 BORROWED_NOTE = (f"fewer than {MIN_SEEDS_FOR_TRAINING_VARIANCE} seeds: the seed variance is "
@@ -185,8 +182,8 @@ def rule_web_text(claim: Claim, ctx: Context) -> Verdict:
     if at_chance:
         return Verdict("inconclusive", with_chance(f"{read}: no verdict from an arm at chance",
                                                    at_chance), {**evidence, "run": est.estimate})
-    margin = claim.margin or ctx.margins[TRAINED_MARGIN[claim.metric if not claim.check
-                                                        else claim.check.key]]
+    # the margin of the metric a trained run is scored by on the benchmark (seeds vary)
+    margin = claim.margin or ctx.margins[names.WEB_TEXT_BENCHMARKS[benchmark][1](names.PAPER_K)]
     seeds = [x.shape[0] for x in outcomes]
     few = min(seeds) < MIN_SEEDS_FOR_TRAINING_VARIANCE
     if few:
