@@ -15,6 +15,8 @@ times faster (the library spends about 1 us a token building Encoding objects).
 from __future__ import annotations
 
 import heapq
+import itertools
+import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -40,7 +42,15 @@ PREFIX = "##"                # WordPiece continuing-subword prefix
 # in ASCII, the 32 of Rust's is_ascii_punctuation (`PUNCTUATION`).
 PLAIN = r"^[\t\n\r\x20-\x7e]*$"
 PUNCTUATION = r"([!-/:-@\[-`{-~])"
-KNOWN_WORDS = 1 << 20        # words whose pieces encode_arrow keeps between calls
+# The pipeline PLAIN describes, as the library writes it in tokenizer.json: another normaliser
+# setting, added tokens (matched before the normaliser), truncation or padding would change
+# the ids, so a tokenizer that differs takes the library's path for every text.
+PIPELINE = {"added_tokens": [], "truncation": None, "padding": None,
+            "normalizer": {"type": "BertNormalizer", "clean_text": True,
+                           "handle_chinese_chars": True, "strip_accents": None, "lowercase": True},
+            "pre_tokenizer": {"type": "BertPreTokenizer"}}
+KNOWN_BYTES = 1 << 26        # word text whose pieces encode_arrow keeps between calls (64 MiB)
+COUNT_TEXTS = 1 << 18        # texts counted at once by the trainer (an Arrow array stays < 2 GiB)
 
 
 class TokenizerError(ContractError):
@@ -57,6 +67,9 @@ class Tokenizer:
             raise TokenizerError(f"{source}: vocabulary lacks special tokens {missing}; "
                                  "retrain it with prh.tokenizer.train_tokenizer")
         self._backend = backend
+        spec = json.loads(backend.to_str())
+        self._plain = spec["model"]["type"] == "WordPiece" and all(
+            spec.get(key) == value for key, value in PIPELINE.items())
         self._known = (pa.array([], pa.string()), pa.array([], pa.list_(pa.int64())))
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids.values()
         self.vocab_size: int = backend.get_vocab_size()
@@ -72,12 +85,17 @@ class Tokenizer:
     def encode_arrow(self, texts: pa.Array, ids: pa.DataType | None = None) -> pa.ListArray:
         """`encode_batch` of a string array without nulls, as one list of `ids` per text.
         Plain texts (`PLAIN`) are split into words by `plain_words`, each distinct word is
-        tokenised once by the WordPiece model, and the texts' ids gathered by Arrow; the rest
-        go through the library. Offsets are int32: under 2^31 tokens a call."""
+        tokenised once by the WordPiece model, and the texts' ids gathered by Arrow; the rest,
+        and every text of a tokenizer whose pipeline is not `PIPELINE`, go through the library.
+        Offsets are int32: under 2^31 tokens a call."""
         ids = ids or pa.int64()
+        if isinstance(texts, pa.ChunkedArray):
+            texts = texts.combine_chunks()
+        texts = texts.cast(pa.string())
         if texts.null_count:
             raise ValueError(f"{texts.null_count} of {len(texts)} texts are null: leave them out")
-        plain = pc.match_substring_regex(texts, PLAIN)
+        plain = (pc.match_substring_regex(texts, PLAIN) if self._plain
+                 else pa.array(np.zeros(len(texts), bool)))
         fast = self._encode_plain(texts.filter(plain), ids)
         if len(fast) == len(texts):
             return fast
@@ -95,24 +113,24 @@ class Tokenizer:
         coded = pc.list_flatten(words).dictionary_encode()
         pieces = self._pieces(coded.dictionary).cast(pa.list_(ids))
         index = coded.indices
-        flat = pc.list_flatten(pieces.take(index))
         counts = np.asarray(pc.list_value_length(pieces), np.int64)[index.to_numpy()]
         ends = np.r_[0, np.cumsum(counts)]
         if ends[-1] >= 1 << 31:
             raise ValueError(f"{len(texts)} texts hold {ends[-1]} tokens: encode fewer at a time")
+        flat = pc.list_flatten(pieces.take(index))
         first = words.offsets[0].as_py()
         offsets = ends[np.asarray(words.offsets, np.int64) - first]
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
 
     def _pieces(self, words: pa.Array) -> pa.ListArray:
         """The WordPiece ids of each of the distinct normalised `words`; a word is tokenised
-        by the model once and kept (up to KNOWN_WORDS words or one call's, then the store
-        starts over)."""
+        by the model once and kept (up to KNOWN_BYTES of word text or one call's words, then
+        the store starts over)."""
         known, pieces = self._known
         at = pc.index_in(words, value_set=known)
         new = words.filter(pc.is_null(at))
         if len(new):
-            if len(known) + len(new) > KNOWN_WORDS:
+            if known.nbytes + new.nbytes > KNOWN_BYTES:
                 known, pieces, new = known[:0], pieces[:0], words
             model = self._backend.model
             found = pa.array([[t.id for t in model.tokenize(w)] for w in new.to_pylist()],
@@ -171,14 +189,19 @@ def plain_words(texts: pa.Array) -> pa.ListArray:
 def _word_counts(texts: Iterable[str], backend: tokenizers.Tokenizer) -> Counter[str]:
     """Count the words of `texts` after BERT normalisation and pre-tokenisation: plain texts
     by `plain_words`, the rest by the library's normaliser and pre-tokeniser."""
-    array = pa.array(list(texts), pa.string())
-    plain = pc.match_substring_regex(array, PLAIN)
-    found = pc.value_counts(pc.list_flatten(plain_words(array.filter(plain))))
-    counts = Counter(dict(zip(found.field("values").to_pylist(),
-                              found.field("counts").to_pylist(), strict=True)))
-    for text in array.filter(pc.invert(plain)).to_pylist():
-        normal = backend.normalizer.normalize_str(text)
-        counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normal))
+    counts: Counter[str] = Counter()
+    texts = iter(texts)
+    while chunk := list(itertools.islice(texts, COUNT_TEXTS)):
+        array = pa.array(chunk, pa.string())
+        if array.null_count:
+            raise ValueError(f"{array.null_count} texts are None: leave them out")
+        plain = pc.match_substring_regex(array, PLAIN)
+        found = pc.value_counts(pc.list_flatten(plain_words(array.filter(plain))))
+        counts.update(dict(zip(found.field("values").to_pylist(),
+                               found.field("counts").to_pylist(), strict=True)))
+        for text in array.filter(pc.invert(plain)).to_pylist():
+            normal = backend.normalizer.normalize_str(text)
+            counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normal))
     return counts
 
 

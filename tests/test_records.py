@@ -226,6 +226,8 @@ class _Record(TypedDict):
     per_arm: dict[str, _Inner]
     extra: dict[str, Any]
     rows: NotRequired[list[_Inner]]
+    spread: float | None
+    best: NotRequired[_Inner | None]
 
 
 def test_a_typed_record_is_the_shape_its_reader_checks():
@@ -235,12 +237,19 @@ def test_a_typed_record_is_the_shape_its_reader_checks():
     inner = {"mean": schemas.NUMBER, "?ci": [schemas.NUMBER]}
     assert schemas.shape_of(_Record) == {
         "name": str, "n": int, "ok": bool, "word": ("holds", "fails"),
-        "per_arm": {"*": inner}, "extra": {}, "?rows": [inner]}
+        "per_arm": {"*": inner}, "extra": {}, "?rows": [inner],
+        "spread": schemas.Nullable(schemas.NUMBER), "?best": schemas.Nullable(inner)}
+    assert schemas.shape_rows(schemas.shape_of(_Record))[-4:] == [
+        "- `spread`: a number or null", "- `?best`: null, or as below",
+        "- `?best.mean`: a number", "- `?best.?ci[]`: a number"]
     rec = schemas.Schema("t.record", 1, "stage", _Record)
     doc = {"schema": "t.record/1", "name": "a", "n": 2, "ok": True, "word": "holds",
-           "per_arm": {"good": {"mean": 1}}, "extra": {"x": [1]}}
+           "per_arm": {"good": {"mean": 1}}, "extra": {"x": [1]}, "spread": None}
     assert rec.check(doc, "t.json") == doc  # an int is a number; optionals may be absent
+    assert rec.check({**doc, "spread": 0.5, "best": None}, "t.json")  # null where | None
     for field, value, says in [("n", 2.0, "n: expected an integer"),
+                               ("spread", "wide", "spread: expected a number"),
+                               ("best", {"mean": None}, "best.mean: expected a number"),
                                ("ok", 1, "ok: expected true or false"),
                                ("per_arm", {"good": {"mean": True}},
                                 "per_arm.good.mean: expected a number")]:

@@ -159,10 +159,29 @@ def test_encode_arrow_keeps_known_words_up_to_its_bound(tok, monkeypatch):
 
     import prh.tokenizer
 
-    monkeypatch.setattr(prh.tokenizer, "KNOWN_WORDS", 5)
+    monkeypatch.setattr(prh.tokenizer, "KNOWN_BYTES", 40)
     fresh = Tokenizer(tok._backend)
     for start in range(5):  # each call brings new words and repeats some of the last call's
         texts = [f"red{start} dog{start - 1}", f"ball{start}, the park", "a dog runs"]
         assert fresh.encode_arrow(pa.array(texts)).to_pylist() == tok.encode_batch(texts)
         distinct = len(set(prh.tokenizer.plain_words(pa.array(texts)).flatten().to_pylist()))
-        assert len(fresh._known[0]) <= max(5, distinct)  # one call's words are all kept
+        kept = fresh._known[0]
+        assert kept.nbytes <= 40 or len(kept) == distinct  # one call's words are all kept
+
+
+def test_encode_arrow_takes_any_string_array_and_a_tokenizer_of_another_pipeline(tok):
+    """Large strings, string views and chunked arrays read as strings; a tokenizer whose
+    pipeline is not the one PLAIN describes (here: special tokens registered as added
+    tokens, which the library matches before normalising) is encoded by the library."""
+    import pyarrow as pa
+    import tokenizers
+
+    texts = ["a [MASK] dog", "[CLS]", "red ball", "zebra"]
+    for array in (pa.array(texts, pa.large_string()), pa.array(texts, pa.string_view()),
+                  pa.chunked_array([texts[:2], texts[2:]])):
+        assert tok.encode_arrow(array).to_pylist() == tok.encode_batch(texts)
+    backend = tokenizers.Tokenizer.from_str(tok._backend.to_str())
+    backend.add_special_tokens(["[MASK]", "[CLS]"])
+    other = Tokenizer(backend)
+    assert other.encode_arrow(pa.array(texts)).to_pylist() == other.encode_batch(texts)
+    assert other.encode_batch(texts) != tok.encode_batch(texts)  # the added tokens matter

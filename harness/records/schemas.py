@@ -14,6 +14,7 @@ it)."""
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import (
@@ -83,6 +84,13 @@ NUMBER = "number"  # an int or a float (JSON's number), never a bool
 _TYPES = {str: "a string", int: "an integer", NUMBER: "a number", bool: "true or false"}
 
 
+@dataclass(frozen=True)
+class Nullable:
+    """The shape of an `X | None` field: `shape`, or null."""
+
+    shape: Any
+
+
 @functools.cache
 def shape_of(record: Any) -> Any:
     """The shape (module docstring) of a TypedDict, or of one field's type within it; cached
@@ -94,6 +102,8 @@ def shape_of(record: Any) -> Any:
     origin, args = get_origin(record), get_args(record)
     if origin is NotRequired:
         return shape_of(args[0])
+    if origin is types.UnionType and len(args) == 2 and type(None) in args:  # X | None
+        return Nullable(shape_of(next(a for a in args if a is not type(None))))
     if origin is Annotated:  # Annotated[str, WORDS]: one of the words
         return tuple(args[1])
     if origin is list:
@@ -105,7 +115,7 @@ def shape_of(record: Any) -> Any:
     if record in _TYPES:
         return record
     raise TypeError(f"{record!r}: a record's field is str, int, float, bool, Annotated[str, "
-                    "WORDS], list[...], dict[str, ...] or a TypedDict")
+                    "WORDS], list[...], dict[str, ...], a TypedDict, or one of them | None")
 
 
 def shape_problem(value: Any, shape: Any, at: str) -> str | None:
@@ -113,6 +123,8 @@ def shape_problem(value: Any, shape: Any, at: str) -> str | None:
     by its path (`arms.good.metrics.r_at_1.mean: missing`)."""
     if shape is None:
         return None
+    if isinstance(shape, Nullable):
+        return None if value is None else shape_problem(value, shape.shape, at)
     if isinstance(shape, Mapping):
         if not isinstance(value, Mapping):
             return f"{at or 'the file'}: expected an object, found {type(value).__name__}"
@@ -155,6 +167,11 @@ def _path(at: str, key: object) -> str:
 def shape_rows(shape: Any, at: str = "") -> list[str]:
     """A shape as docs/contracts.md lists it, one field a line: `- `arms.*.seeds[]`: an
     integer` (`?`: may be absent); tests/test_records.py keeps the docs equal to it."""
+    if isinstance(shape, Nullable):
+        inner = shape_rows(shape.shape, at)
+        if len(inner) == 1 and inner[0].startswith(f"- `{at}`: "):
+            return [f"{inner[0]} or null"]
+        return [f"- `{at}`: null, or as below", *inner]
     if isinstance(shape, Mapping) and not shape:
         return [f"- `{at}`: an object"]
     if isinstance(shape, Mapping):
@@ -168,21 +185,74 @@ def shape_rows(shape: Any, at: str = "") -> list[str]:
 
 # what the aggregate's readers (the audit, the report, the flat views, harness diff) compute
 # from: docs/contracts.md, "Aggregate"
+class TwoLevelRecord(TypedDict):
+    """harness.stats.estimators.TwoLevel.to_dict, the fields its from_dict reads back (the
+    audit's verdicts) and the interval the report and the tracking show."""
+
+    estimate: float
+    se: float
+    df: float
+    method: str
+    n_seeds: int
+    n_pairs: int
+    n_resamples: int
+    seed_var: float | None  # None: one seed (borrowed or not estimated)
+    pair_var: float
+    ci: list[float]
+    se_population: NotRequired[float]  # absent in entries written before they existed
+    df_population: NotRequired[float]
+    method_population: NotRequired[str]
+    noise_var: NotRequired[float | None]
+
+
+class SeedSpread(TypedDict):
+    """harness.stats.estimators.seed_spread: one quantity over an arm's seeds."""
+
+    values: dict[str, float]
+    n: int
+    mean: float
+    std: float | None  # None for one seed
+    min: float
+    max: float
+
+
 class MetricSummary(TypedDict):
     """One arm's metric over its seeds (harness.records.results.aggregate_runs)."""
 
     mean: float
     ci: NotRequired[list[float]]  # [lo, hi] over test pairs; absent for a seed spread only
+    two_level: NotRequired[TwoLevelRecord]  # a score's: seeds and test pairs (the audit's)
 
 
 class Control(TypedDict):
     mean: float
 
 
+class Calibrated(TypedDict):
+    """One metric's permutation calibration over seeds (aggregate_calibrated); the report's
+    calibrated table."""
+
+    n_permutations: int
+    alpha: float
+    raw: NotRequired[SeedSpread]
+    p_value: NotRequired[SeedSpread]
+    calibrated: NotRequired[SeedSpread]
+
+
+class PairFree(TypedDict):
+    """An arm's pair-free scores over seeds (aggregate_pair_free); {} when none ran."""
+
+    status: NotRequired[dict[str, str]]  # seed -> prh.pairfree's status
+    r_at_1: NotRequired[SeedSpread]
+    foscttm: NotRequired[SeedSpread]
+
+
 class ArmResults(TypedDict):
     seeds: list[int]
     metrics: dict[str, MetricSummary]
     controls: NotRequired[dict[str, Control]]
+    calibrated: NotRequired[dict[str, Calibrated]]  # metric -> its calibration
+    pair_free: NotRequired[PairFree]
 
 
 class Gap(TypedDict):
@@ -193,6 +263,7 @@ class Gap(TypedDict):
     metric: str
     diff: float
     ci: NotRequired[list[float]]
+    two_level: NotRequired[TwoLevelRecord]
 
 
 class Results(TypedDict):
@@ -208,6 +279,8 @@ class Results(TypedDict):
     n_test: int
     arms: dict[str, ArmResults]
     gaps: list[Gap]
+    mlflow_run_id: NotRequired[str | None]  # the aggregate's MLflow run (None: not tracked)
+    runs: NotRequired[list[str]]  # the align run files it was computed from
 
 
 # what the aggregate, the report and harness diff read of one align run: docs/contracts.md
