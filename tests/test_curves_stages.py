@@ -74,7 +74,9 @@ def test_curve_has_epoch_one_and_next_token_logs_its_val_loss_every_epoch(repo):
 
 @pytest.mark.slow
 def test_results_curve_numbers_are_the_curves_by_brute_force(repo):
-    results = json.loads((repo / "runs/results.json").read_text())
+    from harness.records.schemas import RESULTS
+
+    results = RESULTS.check(json.loads((repo / "runs/results.json").read_text()), "results.json")
     for arm in ARMS:
         curve = json.loads((repo / f"runs/text/{arm}-s0/curve.json").read_text())
         scored = {r["epoch"]: r for r in curve if "r_at_1_test" in r}
