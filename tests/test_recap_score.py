@@ -86,7 +86,7 @@ def test_each_snapshot_is_scored_at_its_best_layer_pair_by_brute_force(
     assert score_main(["--params", str(tmp_path / "params.yaml"), "--subset", str(subset),
                        "--runs-dir", str(runs), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "prh.recap_scores/3" and doc["wit1024"]["n"] == N
+    assert doc["schema"] == "prh.recap_scores/4" and doc["wit1024"]["n"] == N
     images = json.loads((subset / "summary.json").read_text())["images"]
     assert doc["setups"]["good-s0"] == {"arm": "good", "images": images, "seed": 0,
                                         "sources": ["alt", "recap"], "samples": [2, 6, 12],
@@ -108,7 +108,7 @@ def test_each_snapshot_is_scored_at_its_best_layer_pair_by_brute_force(
             # float64 rounding (scores are multiples of 1 / (K N))
             assert got["best"] == pytest.approx(grid.max(), abs=1e-12)
             assert grid[tuple(got["pair"])] == pytest.approx(grid.max(), abs=1e-12)
-            assert got["interval"]["ci"][0] <= got["best"] <= got["interval"]["ci"][1]
+            assert got["ci"][0] <= got["best"] <= got["ci"][1]
             assert np.mean(got["per_item"]) == pytest.approx(got["best"], abs=1e-12)
             t, v = got["pair"]
             assert len(got["subsamples"]) == 200
@@ -166,7 +166,7 @@ def test_the_report_shows_each_snapshots_score_beside_its_account(subset: Path, 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["recap"]["train"]["arms"] = ["good", "ntp"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    scores = {"schema": "prh.recap_scores/3", "benchmarks": ["wit1024"], "runs": {},
+    scores = {"schema": "prh.recap_scores/4", "benchmarks": ["wit1024"], "runs": {},
               "wit1024": {"n": N, "sha256": "d" * 16, "k": K, "vision": {"name": "dino"},
                           "clip": {"q": 0.95, "mode": "per_sample"}}}
     for i, arm in enumerate(("good", "ntp")):

@@ -424,8 +424,8 @@ def test_the_stage_scores_every_pair_and_the_audit_judges_only_scored_models(par
     entry = doc["alignment"][f"minilm|dinov2_vitb14|mknn{K}"]
     assert len(entry["scores"]) == 7 and len(entry["scores"][0]) == 12
     assert entry["best"] == max(map(max, entry["scores"]))
-    lo, hi = entry["interval"]["ci"]
-    assert lo <= entry["best"] <= hi and entry["interval"]["ci_level"] == 0.95
+    lo, hi = entry["ci"]
+    assert lo <= entry["best"] <= hi and entry["ci_level"] == 0.95
     assert entry["calibrated"]["n_permutations"] == 19
     assert doc["text"]["minilm"]["parameters"] == 22713216
     assert doc["protocol"]["clip"] == {"q": 0.95, "mode": "per_sample"}
@@ -603,7 +603,7 @@ def _evaluated(best, p=0.002, degenerate=None, other=None, **over):
 
     reg = load_registry("harness/audit/claims.yaml")
     key = "sentence-transformers/all-mpnet-base-v2|dinov2_vitb14|mknn10"
-    entry = {"best": best, "pair": [3, 11], "interval": None, "degenerate": degenerate or {},
+    entry = {"best": best, "pair": [3, 11], "degenerate": degenerate or {},
              "calibrated": {"p_value": p, "alpha": 0.05}, "other_protocol": other}
     doc = json.loads(json.dumps(PAPER_RUN))
     for path, v in over.items():

@@ -34,10 +34,10 @@ def outcomes(mean: float, seeds: int, rng: np.random.Generator, seed_sd: float =
 
 
 def doc(runs: dict[str, tuple], draws: int = 200) -> dict:
-    """A prh.recap_scores/3 document: name -> (arm, seed, images, sources, [(samples,
+    """A prh.recap_scores/4 document: name -> (arm, seed, images, sources, [(samples,
     per_item)])."""
     rng = np.random.default_rng(0)
-    out = {"schema": "prh.recap_scores/3", "benchmarks": ["wit1024"], "setups": {}, "runs": {},
+    out = {"schema": "prh.recap_scores/4", "benchmarks": ["wit1024"], "setups": {}, "runs": {},
            "wit1024": {"k": 10, "n": N, "subsamples": {"size": 800, "draws": draws}}}
     for name, (arm, seed, images, sources, points) in runs.items():
         out["setups"][name] = {"arm": arm, "seed": seed, "images": images,

@@ -366,15 +366,16 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     if wit:
         cal = entry.get("calibrated") or {}
         evidence.update({"layer_pair": entry["pair"], "calibrated": cal,
-                         "item_interval": entry.get("interval")})
+                         "item_interval": {k: entry[k] for k in reference.INTERVAL_FIELDS
+                                           if k in entry} or None})
         if cal and cal["p_value"] > cal["alpha"]:
             return Verdict("inconclusive", f"at chance: {model}'s best-layer score {run:.4f} is "
                            f"inside its permutation null (p = {cal['p_value']:.3f} > "
                            f"{cal['alpha']}), evidence of nothing", evidence)
     if "chance" in entry:  # Flickr30k R@1: its interval over the test pairs against 1/n
-        evidence.update({"ci": entry["interval"]["ci"], "n_pairs": entry["n_pairs"],
+        evidence.update({"ci": entry["ci"], "n_pairs": entry["n_pairs"],
                          "chance": entry["chance"]})
-        if entry["interval"]["ci"][0] <= entry["chance"]:
+        if entry["ci"][0] <= entry["chance"]:
             return Verdict("inconclusive", f"at chance: {model}'s R@1 {run:.4f} has an interval "
                            f"reaching 1/n = {entry['chance']:.4f}, evidence of nothing",
                            evidence)

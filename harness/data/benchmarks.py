@@ -107,14 +107,16 @@ def flickr_recall(cfg: ReferenceConfig, encode: Any, flickr: dict[str, Any]) -> 
     ci = bootstrap_ci(hits, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)
     return {"r_at_1": float(hits.mean()), "n_pairs": len(tr_txt) + len(va_txt),
             "n_test": len(te_txt), "chance": 1 / len(te_txt),
-            "interval": {**ci.to_dict(), "resamples": "the test pairs"},
+            **ci.to_dict(), "resamples": "the test pairs",
             "per_pair": hits.astype(int).tolist(),  # each test pair's hit, for paired intervals
             "pooling": "mean of the last hidden state over the attention mask",
             "pairs": "every train photo and every val photo with its first caption"}
 
 
 def item_interval(cfg: ReferenceConfig, per_item: np.ndarray) -> dict[str, Any]:
-    """The bootstrap interval of a best pair's score over the WIT items."""
+    """The bootstrap interval of a best pair's score over the WIT items, as the fields an
+    entry carries beside its number (results.json's shape: `ci: [lo, hi]`, `ci_level`,
+    `ci_method`, `n`, `n_resamples`, `note`, and what it `resamples`)."""
     from harness.stats.estimators import bootstrap_ci
 
     ci = bootstrap_ci(per_item, level=cfg.ci_level, n_resamples=cfg.n_resamples, seed=cfg.seed)

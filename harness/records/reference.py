@@ -1,7 +1,7 @@
-"""runs/reference/wit1024.json (schema prh.reference/2): public encoders scored without training,
+"""runs/reference/wit1024.json (schema prh.reference/3): public encoders scored without training,
 and the lookups the audit makes in it. One writer (harness.stages.reference), one reader here.
 
-    {"schema": "prh.reference/2",
+    {"schema": "prh.reference/3",
      "data": {"path", "n", "caption_idx", "sha256"},
      "protocol": {"name" (platonic-rep | padding-invariant), "language", "vision",
                   "score_precision", "clip": {"q", "mode"}, "score", "null", "k"},
@@ -13,14 +13,15 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
      "alignment": {"TEXT|VISION|METRIC": {text, vision, metric, k, best, pair: [text layer,
                    vision layer], scores: [[...]], calibrated: {raw, threshold, p_value,
                    calibrated, null_q50, null_q95, null_q99, alpha, n_permutations} | null,
-                   interval: {ci: [lo, hi], ci_level, ci_method, n, n_resamples, note,
-                   resamples} | null (the interval shape of results.json),
+                   ci: [lo, hi], ci_level, ci_method, n, n_resamples, note, resamples
+                   (the interval, in results.json's shape; absent without per_item),
                    per_item: [n] | null (mutual k-NN at the best pair, in item order),
                    degenerate: {MODEL: [collapsed layers]} (prh.layers.degenerate_layers),
                    other_protocol: {name, best, pair}: the same score with the text features
                    by the protocol not chosen (what wit1024.protocol moves)}},
      "sts": {NAME: {spearman, n, path}},
-     "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, interval, pooling, pairs} |
+     "flickr": {NAME: {r_at_1, n_pairs, n_test, chance, ci, ci_level, ci_method, n,
+                       n_resamples, note, resamples, pooling, pairs} |
                       {skipped: why}},
      "pair_free": {NAME: {seeds: {SEED: prh.pairfree.fit_and_score's scores + zeroshot:
                                   {SET: prh.zeroshot.zeroshot_scores}},
@@ -59,6 +60,9 @@ STS_METRIC = "sts_spearman"
 FLICKR_METRIC = "r_at_1"  # a claim on it with setup.dataset flickr30k: the 30k-pair map's R@1
 PAIRFREE_METRIC = "pairfree_r_at_1"  # Table 4's setting: the pair-free map's R@1 per seed
 VALUE_KEYS = ("best", "spearman", "r_at_1")  # an entry's number, by kind of entry
+# an entry's interval beside its number (harness.stats.estimators.Interval.to_dict and what it
+# resamples: harness.data.benchmarks), results.json's shape
+INTERVAL_FIELDS = ("ci", "ci_level", "ci_method", "n", "n_resamples", "note", "resamples")
 
 
 def metric_key(metric: str, k: int | None) -> str:

@@ -326,12 +326,14 @@ class VisionEncoder(TypedDict):
 
 
 class Aligned(TypedDict):
-    """One (text, vision, metric) entry: its best layer pair's score."""
+    """One (text, vision, metric) entry: its best layer pair's score and, with per-item
+    scores, its interval over the items (results.json's `ci` shape)."""
 
     text: str
     vision: str
     metric: str
     best: float
+    ci: NotRequired[list[float]]
 
 
 class StsScore(TypedDict):
@@ -365,9 +367,9 @@ PROBE = Schema("prh.probe", 1, "probe")  # runs/probe.json
 CONTAMINATION = Schema("harness.contamination", 1, "contamination")  # runs/contamination.json
 CHECKLIST = Schema("prh.checklist", 1, "report")  # reports/checklist.json
 # runs/reference/wit1024.json
-REFERENCE = Schema("prh.reference", 2, "reference", Reference)
+REFERENCE = Schema("prh.reference", 3, "reference", Reference)
 RECAP_SUBSET = Schema("prh.recap_subset", 2, "recap")  # data/recap/subset/summary.json
 RECAP_RUN = Schema("prh.recap_run", 1, "recap_train")  # runs/recap/ARM/run.json
 RECAP_PARAPHRASE = Schema("prh.recap_paraphrase", 1, "recap_paraphrase")  # data/recap/paraphrase
-RECAP_SCORES = Schema("prh.recap_scores", 3, "recap_score")  # runs/recap_scores.json
+RECAP_SCORES = Schema("prh.recap_scores", 4, "recap_score")  # runs/recap_scores.json
 DIFF = Schema("prh.diff", 1, "")  # `harness diff --format json`: no stage writes it

@@ -45,7 +45,7 @@ def score_snapshot(snapshot: Path, cfg: Any, wit: Any, vision: Any, flickr: Any,
         obs = LayerAlignment(x, vision, "mutual_knn", cfg.k, cfg.score_precision).observed()
         t, v = obs.pair
         out["wit1024"] = {"metric": metric_key("mutual_knn", cfg.k), "best": obs.best,
-                          "pair": list(obs.pair), "interval": item_interval(cfg, obs.per_item),
+                          "pair": list(obs.pair), **item_interval(cfg, obs.per_item),
                           "per_item": obs.per_item.tolist(),
                           "subsamples": mutual_knn_subsamples(x[:, t], vision[:, v], subsamples,
                                                               cfg.k).tolist()}

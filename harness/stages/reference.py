@@ -206,11 +206,11 @@ def _align(cfg: ReferenceConfig, text: dict[str, np.ndarray], vision: dict[str, 
                 if cfg.n_permutations:
                     null = la.null(calibrate.permutations(la.n, cfg.n_permutations, cfg.seed))
                     cal = calibrate.calibrate(obs.best, null, alpha=cfg.alpha)
-                interval = None if obs.per_item is None else item_interval(cfg, obs.per_item)
+                interval = {} if obs.per_item is None else item_interval(cfg, obs.per_item)
                 out[pair_key(tname, vname, metric, k)] = {
                     "text": tname, "vision": vname, "metric": metric_key(metric, k), "k": k,
                     "best": obs.best, "pair": list(obs.pair), "scores": obs.scores.tolist(),
-                    "calibrated": cal, "interval": interval,
+                    "calibrated": cal, **interval,
                     "per_item": None if obs.per_item is None else obs.per_item.tolist(),
                     "degenerate": {m: collapsed[m] for m in (tname, vname) if collapsed[m]},
                     "other_protocol": _other(cfg, other, alt[tname], y, metric)}
