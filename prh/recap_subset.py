@@ -64,15 +64,24 @@ class _Step(PipelineStep):
     """A build step over the checked shards: task `rank` is shard `rank` (or the one task)."""
 
     type = "prh-recap"
+    per_shard = True  # False: the step's one task reads every shard's output
 
     def __init__(self, cfg: RecapConfig, shards: Sequence[Shard], work: Path) -> None:
         super().__init__()
         self.cfg, self.shards, self.work = cfg, list(shards), Path(work)
 
     def __call__(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
-        """The task, timed into datatrove's stats (logs/STEP/stats.json: time_stats)."""
-        with self.track_time("task"):
-            self.run(data, rank, world_size)
+        """The task, timed into datatrove's stats (logs/STEP/stats.json: time_stats); a task
+        that fails says which step and shard (a corrupt page behind a sound footer, a full
+        disk) before its error, wherever it ran."""
+        try:
+            with self.track_time("task"):
+                self.run(data, rank, world_size)
+        except Exception as e:
+            where = self.shards[rank].path if self.per_shard else self.work
+            raise RecapError(f"{where}: {self.name} step: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())}; mend it and rerun (a changed shard "
+                             "starts the build over, else it resumes)") from e
 
     def write_stats(self, kind: str, rank: int, stats: dict[str, Any]) -> None:
         path = self.work / "stats" / f"{kind}-{rank:05d}.json"
@@ -127,6 +136,7 @@ class Select(_Step):
     which the kept keys' texts make the tokenizer's sample)."""
 
     name = "select"
+    per_shard = False
 
     def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
         cfg, out = self.cfg, self.work / "select"
@@ -228,6 +238,7 @@ class TrainTokenizer(_Step):
     in h order, sources in params order, cut at `tokenizer_sample` texts."""
 
     name = "tokenizer"
+    per_shard = False
 
     def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
         import pyarrow as pa

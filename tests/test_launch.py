@@ -134,15 +134,33 @@ def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path
     two gloo processes; the runs enter the workspace, `harness run` goes on to the report
     without retraining, and each account equals one process's on the same global batch
     (2 x 2)."""
+    import pyarrow.parquet as pq
+
     from harness.config.recap import encoder_cut, load_recap
     from prh.recap_subset import build_subset, work_folder
 
     repo = recap_workspace(tmp_path, monkeypatch)
     slurm = {"timeout_min": 20, "cpus_per_task": 2}
-    assert launch.build_on_slurm(repo, repo / "runs" / ".launch", "slurm", slurm, 2) == 8
-    # every task done (2+1+2+1+2 jobs over 3+1+3+1+3 tasks) in the folder the stage will read
     work = work_folder(repo / "data/recap/subset", load_recap(repo / "params.yaml"),
                        encoder_cut(repo / "params.yaml"))
+    # a shard whose footer reads but whose first data page is garbled: the signature step's
+    # job fails, and launch says which shard, step and error, and where the log is
+    shard = next((repo / "data/recap/raw").rglob("b-0001.parquet"))
+    sound = shard.read_bytes()
+    start = pq.ParquetFile(shard).metadata.row_group(0).column(0).data_page_offset
+    shard.write_bytes(sound[:start + 8] + bytes(b ^ 0xFF for b in sound[start + 8:start + 40])
+                      + sound[start + 40:])
+    with pytest.raises(ContractError, match=r"signature step failed on SLURM \(job .*\): "
+                       r"data/recap/raw/part/b-0001.parquet: signature step: OSError: .*; "
+                       r"mend it and rerun \(a changed shard starts the build over, else it "
+                       r"resumes\); log .*\.err$"):
+        launch.build_on_slurm(repo, repo / "runs" / ".launch", "slurm", slurm, 2)
+    assert not (work / "logs/signature/completions/00001").exists()
+    shard.write_bytes(sound)  # mended: a new work folder, the build starts over
+    work = work_folder(repo / "data/recap/subset", load_recap(repo / "params.yaml"),
+                       encoder_cut(repo / "params.yaml"))
+    assert launch.build_on_slurm(repo, repo / "runs" / ".launch", "slurm", slurm, 2) == 8
+    # every task done (2+1+2+1+2 jobs over 3+1+3+1+3 tasks) in the folder the stage will read
     assert [len(list((work / "logs" / s / "completions").iterdir()))
             for s in ("signature", "select", "texts", "tokenizer", "tokens")] == [3, 1, 3, 1, 3]
     checkout, items, jobs = launch.submit(repo, repo / "runs" / ".launch", "slurm", slurm,

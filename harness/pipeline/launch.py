@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from prh.io import ContractError
 POLL_S = 5.0
 PORT_BASE = 29500  # torchrun's default master port; a job adds its SLURM job id modulo PORT_SPAN
 PORT_SPAN = 10000
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): ")  # a traceback's last
 
 
 @dataclass(frozen=True)
@@ -215,10 +217,24 @@ def build_on_slurm(root: Path, shared: Path, cluster: str | None, slurm: dict[st
                     raise ContractError(state)
                 job.result()
             except Exception as e:
-                raise ContractError(f"the subset's {step} step failed on SLURM "
-                                    f"({str(e).strip().splitlines()[-1]}); log "
-                                    f"{job.paths.stderr}; launch again to resume it") from e
+                line = error_line(job, e)
+                fix = "" if "mend it and rerun" in line else "; launch again to resume it"
+                raise ContractError(f"the subset's {step} step failed on SLURM (job "
+                                    f"{job.job_id}): {line}; log {job.paths.stderr}{fix}") from e
     return submitted
+
+
+def error_line(job: Any, e: Exception) -> str:
+    """The error a failed job raised: the last `...Error: ...` line of its stderr (submitit's
+    own exception ends with the log's path), else the exception's last line."""
+    try:
+        text = job.stderr() or ""
+    except OSError:
+        text = ""
+    found = [line for line in text.splitlines() if ERROR_LINE.match(line)]
+    if not found:
+        return str(e).strip().splitlines()[-1]
+    return re.sub(r"^[\w.]*(RecapError|ContractError): ", "", found[-1])  # ours: the message
 
 
 def under_torchrun(cmd: str, spread: Spread, node: int, master: str, port: int) -> list[str]:
