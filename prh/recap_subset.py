@@ -58,6 +58,7 @@ KEPT = np.dtype([("row", "<u4"), ("h", "<u8")])
 MERGE_RECORDS = 1 << 22  # signatures the select step reads per round, all shards together
 MIN_CHUNK = 1024  # each shard's window at least (many shards: rounds over MERGE_RECORDS)
 ENCODE_ROWS = 8_192  # rows tokenised at once, one Arrow record batch (tokenize_file)
+RERUN = "rerun once mended (a changed shard starts the build over, else it resumes)"
 
 
 class _Step(PipelineStep):
@@ -72,16 +73,19 @@ class _Step(PipelineStep):
 
     def __call__(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
         """The task, timed into datatrove's stats (logs/STEP/stats.json: time_stats); a task
-        that fails says which step and shard (a corrupt page behind a sound footer, a full
-        disk) before its error, wherever it ran."""
+        that fails says which step and shard before its error (a corrupt page behind a sound
+        footer), wherever it ran. An OSError with an errno (a full disk, a read-only file
+        system) is the machine's: it goes on as it is, to the CLI's one-line fault report."""
         try:
             with self.track_time("task"):
                 self.run(data, rank, world_size)
         except Exception as e:
-            where = self.shards[rank].path if self.per_shard else self.work
-            raise RecapError(f"{where}: {self.name} step: {type(e).__name__}: "
-                             f"{' '.join(str(e).split())}; mend it and rerun (a changed shard "
-                             "starts the build over, else it resumes)") from e
+            if isinstance(e, OSError) and e.errno is not None:
+                raise
+            where = (f"{self.shards[rank].path}: {self.name} step" if self.per_shard
+                     else f"{self.work}: the {self.name} step")
+            raise RecapError(f"{where}: {type(e).__name__}: {' '.join(str(e).split())}; "
+                             f"{RERUN}") from e
 
     def write_stats(self, kind: str, rank: int, stats: dict[str, Any]) -> None:
         path = self.work / "stats" / f"{kind}-{rank:05d}.json"

@@ -150,10 +150,10 @@ def test_recap_runs_under_torchrun_on_slurm_read_what_one_process_reads(tmp_path
     start = pq.ParquetFile(shard).metadata.row_group(0).column(0).data_page_offset
     shard.write_bytes(sound[:start + 8] + bytes(b ^ 0xFF for b in sound[start + 8:start + 40])
                       + sound[start + 40:])
-    with pytest.raises(ContractError, match=r"signature step failed on SLURM \(job .*\): "
-                       r"data/recap/raw/part/b-0001.parquet: signature step: OSError: .*; "
-                       r"mend it and rerun \(a changed shard starts the build over, else it "
-                       r"resumes\); log .*\.err$"):
+    with pytest.raises(ContractError, match=r"signature step failed on SLURM \(job \S+ "
+                       r"FAILED\): data/recap/raw/part/b-0001.parquet: signature step: "
+                       r"OSError: .*; rerun once mended \(a changed shard starts the build "
+                       r"over, else it resumes\); log .*\.err$"):
         launch.build_on_slurm(repo, repo / "runs" / ".launch", "slurm", slurm, 2)
     assert not (work / "logs/signature/completions/00001").exists()
     shard.write_bytes(sound)  # mended: a new work folder, the build starts over

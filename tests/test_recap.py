@@ -157,7 +157,7 @@ def test_a_killed_build_resumes_from_its_finished_tasks(tmp_path, monkeypatch):
     monkeypatch.setattr(recap_subset.Texts, "run", dies)
     out.mkdir()
     with pytest.raises(RecapError, match=r"b-0001.parquet: texts step: RuntimeError: killed; "
-                       r"mend it and rerun"):  # the task's shard and step named
+                       r"rerun once mended"):  # the task's shard and step named
         build_subset(cfg, out, 62, work, 1)
     monkeypatch.setattr(recap_subset.Texts, "run", run)
     stamps = {p: p.stat().st_mtime_ns for p in (work / "sig").iterdir()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
 
@@ -257,6 +258,7 @@ def test_a_typed_record_is_the_shape_its_reader_checks():
             rec.check({**doc, field: value}, "t.json")
     with pytest.raises(TypeError, match="a record's field is"):
         schemas.shape_of(tuple[int, int])
+    assert schemas.shape_of(typing.Optional[str]) == schemas.Nullable(str)  # noqa: UP045
 
 
 @pytest.mark.parametrize("name", ["RUN", "RESULTS", "AUDIT", "REFERENCE"])

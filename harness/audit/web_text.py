@@ -151,8 +151,7 @@ def rule_web_text(claim: Claim, ctx: Context) -> Verdict:
                        {**shown, "runs": why})
     outcomes = [_outcomes([e for _, e in m], benchmark) for m, _ in found]
     if any(x is None for x in outcomes):
-        return _not_scored(claim, f"the runs' scores on {benchmark} hold no per-item values "
-                           "(scored before prh.recap_scores/2)")
+        return _not_scored(claim, f"the runs' scores on {benchmark} hold no per-item values")
     runs = [[name for name, _ in m] for m, _ in found]
     entries = [[e for _, e in m] for m, _ in found]
     n = outcomes[0].shape[1]

@@ -188,7 +188,7 @@ def build_on_slurm(root: Path, shared: Path, cluster: str | None, slurm: dict[st
 
     import submitit
 
-    from prh.recap_subset import pending
+    from prh.recap_subset import RERUN, pending
 
     address = WEB_TEXT_RUNS.address("recap")
     status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", address],
@@ -212,29 +212,29 @@ def build_on_slurm(root: Path, shared: Path, cluster: str | None, slurm: dict[st
                        for k in range(parts)]
         submitted += parts
         for job, state in zip(running, wait_all(running), strict=True):
-            try:
-                if state != "COMPLETED":
-                    raise ContractError(state)
-                job.result()
-            except Exception as e:
-                line = error_line(job, e)
-                fix = "" if "mend it and rerun" in line else "; launch again to resume it"
-                raise ContractError(f"the subset's {step} step failed on SLURM (job "
-                                    f"{job.job_id}): {line}; log {job.paths.stderr}{fix}") from e
+            if state == "COMPLETED":
+                try:
+                    job.result()  # the task's own exception, when SLURM saw the job end well
+                    continue
+                except Exception:
+                    state = "FAILED"
+            line = error_line(job) if state == "FAILED" else None  # else no traceback
+            fix = "" if line and RERUN in line else "; launch again to resume it"
+            raise ContractError(f"the subset's {step} step failed on SLURM (job {job.job_id} "
+                                f"{state}){f': {line}' if line else ''}; log "
+                                f"{job.paths.stderr}{fix}")
     return submitted
 
 
-def error_line(job: Any, e: Exception) -> str:
-    """The error a failed job raised: the last `...Error: ...` line of its stderr (submitit's
-    own exception ends with the log's path), else the exception's last line."""
+def error_line(job: Any) -> str | None:
+    """The error a failed job raised: the last `...Error: ...` line of its stderr (a task's
+    RecapError without its class name), None when it holds none."""
     try:
         text = job.stderr() or ""
     except OSError:
         text = ""
     found = [line for line in text.splitlines() if ERROR_LINE.match(line)]
-    if not found:
-        return str(e).strip().splitlines()[-1]
-    return re.sub(r"^[\w.]*(RecapError|ContractError): ", "", found[-1])  # ours: the message
+    return re.sub(r"^[\w.]*RecapError: ", "", found[-1]) if found else None
 
 
 def under_torchrun(cmd: str, spread: Spread, node: int, master: str, port: int) -> list[str]:

@@ -8,8 +8,8 @@ with the line that fixes it (rerun the stage that writes it), and returns it as 
 `NUMBER`: an int or a float, never a bool, for a `float` field), a tuple of the words allowed
 (a verdict, a status: `Annotated[str, WORDS]`), `[shape]` (a `list`), or a mapping of field ->
 shape, where `?field` may be absent (`NotRequired`) and `*` stands for every key (a
-`dict[str, ...]`: an arm, a metric, a seed); a field not declared is allowed (readers ignore
-it)."""
+`dict[str, ...]`: an arm, a metric, a seed), or `Nullable(shape)` for an `X | None` field; a
+field not declared is allowed (readers ignore it)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import (
     NotRequired,
     TypedDict,
     TypeVar,
+    Union,
     get_args,
     get_origin,
     get_type_hints,
@@ -102,7 +103,7 @@ def shape_of(record: Any) -> Any:
     origin, args = get_origin(record), get_args(record)
     if origin is NotRequired:
         return shape_of(args[0])
-    if origin is types.UnionType and len(args) == 2 and type(None) in args:  # X | None
+    if origin in (types.UnionType, Union) and len(args) == 2 and type(None) in args:  # X | None
         return Nullable(shape_of(next(a for a in args if a is not type(None))))
     if origin is Annotated:  # Annotated[str, WORDS]: one of the words
         return tuple(args[1])
