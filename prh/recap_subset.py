@@ -55,7 +55,7 @@ from prh.recap import (
 
 SIGNATURE = np.dtype([("h", "<u8"), ("row", "<u4"), ("texts", "<u2")])  # 14 bytes, raw files
 KEPT = np.dtype([("row", "<u4"), ("h", "<u8")])
-MERGE_RECORDS = 1 << 22  # signatures the select step reads per round, all shards together
+MERGE_RECORDS = 1 << 20  # signatures the select step reads per round, all shards together
 MIN_CHUNK = 1024  # each shard's window at least (many shards: rounds over MERGE_RECORDS)
 ENCODE_ROWS = 8_192  # rows tokenised at once, one Arrow record batch (tokenize_file)
 RERUN = "rerun once mended (a changed shard starts the build over, else it resumes)"
