@@ -94,12 +94,10 @@ class Tokenizer:
         texts = texts.cast(pa.string())
         if texts.null_count:
             raise ValueError(f"{texts.null_count} of {len(texts)} texts are null: leave them out")
-        plain = (pc.match_substring_regex(texts, PLAIN) if self._plain
-                 else pa.array(np.zeros(len(texts), bool)))
-        fast = self._encode_plain(texts.filter(plain), ids)
+        plain, plain_texts, other = _split_plain(texts, self._plain)
+        fast = self._encode_plain(plain_texts, ids)
         if len(fast) == len(texts):
             return fast
-        other = texts.filter(pc.invert(plain))
         slow = pa.array(self.encode_batch(other.to_pylist()), pa.list_(ids))
         where = np.asarray(plain.to_numpy(zero_copy_only=False), bool)
         order = np.empty(len(texts), np.int64)  # text i's row in [fast, slow]
@@ -128,16 +126,20 @@ class Tokenizer:
         the store starts over)."""
         known, pieces = self._known
         at = pc.index_in(words, value_set=known)
-        new = words.filter(pc.is_null(at))
+        missing = pc.is_null(at)
+        new = words.filter(missing)
         if len(new):
             if known.nbytes + new.nbytes > KNOWN_BYTES:
                 known, pieces, new = known[:0], pieces[:0], words
+                missing = pa.array(np.ones(len(words), bool))
             model = self._backend.model
             found = pa.array([[t.id for t in model.tokenize(w)] for w in new.to_pylist()],
                              pa.list_(pa.int64()))
+            # the new words are appended in their order: the k-th lands at len(known) + k
+            placed = len(known) - 1 + np.cumsum(missing.to_numpy(zero_copy_only=False))
+            at = pc.if_else(missing, pa.array(placed, pa.int32()), at)
             known, pieces = pa.concat_arrays([known, new]), pa.concat_arrays([pieces, found])
             self._known = known, pieces
-            at = pc.index_in(words, value_set=known)
         return pieces.take(at)
 
     def decode(self, ids: list[int]) -> str:
@@ -174,6 +176,14 @@ class Tokenizer:
         return tok
 
 
+def _split_plain(texts: pa.StringArray, fast: bool = True
+                 ) -> tuple[pa.BooleanArray, pa.StringArray, pa.StringArray]:
+    """Which `texts` are `PLAIN` (none unless `fast`), those texts, and the others."""
+    plain = (pc.match_substring_regex(texts, PLAIN) if fast
+             else pa.array(np.zeros(len(texts), bool)))
+    return plain, texts.filter(plain), texts.filter(pc.invert(plain))
+
+
 def plain_words(texts: pa.Array) -> pa.ListArray:
     """The words of `PLAIN` texts after BERT normalisation and pre-tokenisation (see `PLAIN`)."""
     spaced = pc.replace_substring_regex(pc.ascii_lower(texts), PUNCTUATION, r" \1 ")
@@ -195,11 +205,11 @@ def _word_counts(texts: Iterable[str], backend: tokenizers.Tokenizer) -> Counter
         array = pa.array(chunk, pa.string())
         if array.null_count:
             raise ValueError(f"{array.null_count} texts are None: leave them out")
-        plain = pc.match_substring_regex(array, PLAIN)
-        found = pc.value_counts(pc.list_flatten(plain_words(array.filter(plain))))
+        _, plain, other = _split_plain(array)
+        found = pc.value_counts(pc.list_flatten(plain_words(plain)))
         counts.update(dict(zip(found.field("values").to_pylist(),
                                found.field("counts").to_pylist(), strict=True)))
-        for text in array.filter(pc.invert(plain)).to_pylist():
+        for text in other.to_pylist():
             normal = backend.normalizer.normalize_str(text)
             counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normal))
     return counts
