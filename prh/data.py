@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 from prh.io import ContractError, file_sha256
 
@@ -301,7 +301,10 @@ def check_image_files(corpus: CaptionCorpus, image_dir: Path, cache: Path | None
 
 
 def _undecodable(path: Path) -> str:
-    """'' when PIL decodes the file whole, else why not (a truncated JPEG raises in load)."""
+    """'' when PIL decodes the file whole, else why not (a truncated JPEG raises in load).
+    PIL's LOAD_TRUNCATED_IMAGES is off while it decodes: importing WeasyPrint (the report)
+    turns it on for the whole process, and a truncated JPEG then loads with grey rows."""
+    allowed, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, False
     try:
         with Image.open(path) as im:
             im.draft("RGB", (64, 64))  # JPEG: decode at 1/8 scale, still the whole stream
@@ -310,6 +313,8 @@ def _undecodable(path: Path) -> str:
                 return f"size {im.size}"
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         return f"does not decode ({' '.join(str(e).split())})"
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = allowed
     return ""
 
 

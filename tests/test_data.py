@@ -173,8 +173,11 @@ def test_karpathy_sized_flickr30k_gives_no_warning(tmp_path):
     assert karpathy_warnings(corpus, n_files=31783) == []
 
 
-def test_every_photo_of_every_split_is_opened_and_decoded(tmp_path):
-    from PIL import Image
+@pytest.mark.parametrize("truncated_allowed", [False, True])  # True: as importing WeasyPrint sets
+def test_every_photo_of_every_split_is_opened_and_decoded(tmp_path, monkeypatch, truncated_allowed):
+    from PIL import Image, ImageFile
+
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", truncated_allowed)
 
     corpus = load_karpathy(write(tmp_path, karpathy_doc()))
     folder = tmp_path / "images"
