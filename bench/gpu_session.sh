@@ -20,7 +20,9 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 { nvidia-smi; "$PY" -c "import sys, torch, transformers; print(sys.version); \
 print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
     > "$OUT/env.txt" 2>&1
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_train.py \
+# -o addopts=: the machine's python has no pytest-xdist for pyproject's `-n 2`, and the
+# compile test is marked slow, which the addopts' `-m 'not slow'` would leave out
+timeout 150 "$PY" -m pytest -q -o addopts= -p no:cacheprovider tests/test_train.py \
     -k "cuda or compiled" > "$OUT/cuda_tests.txt" 2>&1
 echo "cuda tests: exit $?" | tee -a "$OUT/cuda_tests.txt"
 timeout 420 "$PY" bench/gpu_train.py --matrix --profile --budget-s "${BUDGET_S:-300}" \

@@ -38,4 +38,3 @@ def staged_world(tmp_path_factory) -> Path:
     raw["world"]["eval"].update(gallery_sizes=[10, 20, 100], gallery_draws=3)
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     return train_align_aggregate(build_upstream(commit_all(repo, "tiny world")), STAGED_ARMS)
-
