@@ -9,7 +9,7 @@ the image holds. Every image it made is removed at the end.
 podman keeps this test's images in a storage folder of its own under the test's temporary
 folder (17.2 GB at the build's peak, measured), removed at the end with everything in it, so no
 image of the machine's own storage is touched. Slow, and root only (podman's storage, the
-base's chroot): `.ci/run`'s "image" section installs podman, runc and debootstrap and runs it
+base's chroot): `.ci/run` installs podman, runc and debootstrap, and its "image" section runs it
 with PRH_IMAGE_REQUIRED=1, which turns a missing tool into a failure instead of a skip."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def unable() -> str:
     if os.geteuid() != 0:
         return "the image test builds as root (podman's storage, debootstrap's chroot)"
     missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
-    return f"{', '.join(missing)} not installed (.ci/run's image section installs them)" \
-        if missing else ""
+    return f"{', '.join(missing)} not installed (.ci/run installs them before its image " \
+        "section)" if missing else ""
 
 
 REQUIRED = os.environ.get("PRH_IMAGE_REQUIRED") == "1"  # CI: a machine unable to build fails

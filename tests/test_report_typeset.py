@@ -2,8 +2,9 @@
 (WeasyPrint, read back by pdftotext) breaks no word inside a line; the HTML in headless Chromium
 at 1280 and 800 px has no cell whose content spills into the next column and no sideways
 scroll; no section, the first page (the PDF's first two pages) first, sets a raw key or an
-unrounded number in prose. Each check is first shown to fail on a page made to break it. CI's
-browser section installs Debian's chromium and poppler-utils; without them these tests skip."""
+unrounded number in prose. Each check is first shown to fail on a page made to break it. CI
+installs Debian's chromium and poppler-utils for its services section; without them these tests
+skip."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ FIX = Path(__file__).parent / "fixtures" / "pipeline"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists() or shutil.which("pdftotext") is None,
-                       reason="needs Debian's chromium and poppler-utils (CI's browser section)"),
+                       reason="needs Debian's chromium and poppler-utils (CI's services section)"),
 ]
 
 
