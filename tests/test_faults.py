@@ -418,7 +418,8 @@ def test_every_single_mutation_of_every_knob_is_refused_naming_its_key(tmp_path)
         dotted = f"{section}.{key}"
         changed = copy.deepcopy(raw)
         edit(changed)
-        path.write_text(yaml.safe_dump(changed, sort_keys=False))
+        path.write_text(yaml.dump(changed, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                                  sort_keys=False))
         try:
             validate_params(load_params(path))
         except ParamsError as e:

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -132,15 +133,29 @@ def cells_of(html: str) -> dict[str, str]:
     return parser.cells
 
 
+class Measured(NamedTuple):
+    root: Path  # the fixture's files with the measures and a probe file
+    html: str
+    ctx: dict  # the report's context, without params.yaml
+
+
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Measured:
     root = with_measures(tmp_path_factory.mktemp("m") / "p")
     (root / "probe.json").write_text(json.dumps(probe({"final.r_at_1": 0.0, "weights": 0.0})))
-    return root, render(build_context(paths(root, root / "probe.json")))
+    ctx = build_context(paths(root, root / "probe.json"))
+    return Measured(root, render(ctx), ctx)
 
 
-def test_calibrated_score_threshold_and_p_value_by_hand(measured: tuple[Path, str]) -> None:
-    cells = cells_of(measured[1])
+@pytest.fixture(scope="module")
+def with_params(measured: Measured) -> tuple[dict, str]:
+    """The measured report's context and HTML with the repository's params.yaml."""
+    ctx = build_context(paths(measured.root, measured.root / "probe.json", ROOT / "params.yaml"))
+    return ctx, render(ctx)
+
+
+def test_calibrated_score_threshold_and_p_value_by_hand(measured: Measured) -> None:
+    cells = cells_of(measured.html)
     # the 19 nulls are 0, .01, ..., .18. Seeds 0 and 1 (.5, .4) lie above all of them: tau =
     # .18 (the 19th of the 20 values), p = 1/20. Seed 2 (.15) ties one null and lies below
     # three: tau = .17 (the 19th of 0, ..., .15, .15, ..., .18), p = (1 + 4)/20, calibrated 0.
@@ -153,12 +168,12 @@ def test_calibrated_score_threshold_and_p_value_by_hand(measured: tuple[Path, st
     assert cells["calibrated.good.mknn10.calibrated"] == \
         f"{np.mean(cal):.3f} ± {np.std(cal, ddof=1):.3f}"
     assert cells["calibrated.bad.cka_linear.calibrated"] == f"{(0.6 - 0.18) / 0.82:.3f} ± 0.000"
-    assert "smallest p-value K permutations can give is 1/(K + 1)" in measured[1]
+    assert "smallest p-value K permutations can give is 1/(K + 1)" in measured.html
 
 
 def test_one_against_all_captions_with_chance_on_the_whole_split(
-        measured: tuple[Path, str]) -> None:
-    cells = cells_of(measured[1])
+        measured: Measured) -> None:
+    cells = cells_of(measured.html)
     assert cells["captions.good.r_at_1_i2t_all"] == f"{np.mean([0.5, 0.51, 0.52]):.3f}"
     assert cells["captions.good.r_at_1_i2t_all.ci"] == "[0.410, 0.630]"
     assert cells["captions.good.r_at_1_i2t_all.chance"] == "0.0250"  # 1/40, the 40-photo pool
@@ -166,14 +181,14 @@ def test_one_against_all_captions_with_chance_on_the_whole_split(
     assert cells["captions.ntp.mknn10.chance"] == f"{10 / 39:.4f}"  # from the controls
 
 
-def test_pair_free_rows_and_the_paper_as_context(measured: tuple[Path, str]) -> None:
-    html = measured[1]
+def test_pair_free_rows_and_the_paper_as_context(measured: Measured) -> None:
+    html = measured.html
     cells = cells_of(html)
     assert cells["pair_free.good.r_at_1"] == f"{np.mean([0.2, 0.22, 0.24]):.3f} ± 0.020"
     assert cells["pair_free.bad.foscttm"] == f"0.550 ± {np.std([0.1, 1.0], ddof=1):.3f}"
     assert "s0: ok; s1: collapsed <b>(1 collapsed)</b>" in html
     assert cells["pair_free.ntp.r_at_1"] == "not run"
-    paired = json.loads((measured[0] / "results.json").read_text())["arms"]["good"]["metrics"]
+    paired = json.loads((measured.root / "results.json").read_text())["arms"]["good"]["metrics"]
     assert cells["pair_free.good.paired"] == \
         f"{paired['r_at_1']['mean']:.3f}[{paired['r_at_1']['ci'][0]:.3f}, " \
         f"{paired['r_at_1']['ci'][1]:.3f}]"  # Cells strips each piece of text: no space
@@ -185,10 +200,10 @@ def test_pair_free_rows_and_the_paper_as_context(measured: tuple[Path, str]) -> 
         "Rows prepared aseval.pairfree_inputs: benchmark and not recorded"
 
 
-def test_bit_identical_only_when_every_difference_is_zero(measured: tuple[Path, str],
+def test_bit_identical_only_when_every_difference_is_zero(measured: Measured,
                                                           tmp_path: Path) -> None:
-    assert cells_of(measured[1])["determinism.verdict"] == "bit-identical"
-    root = measured[0]
+    assert cells_of(measured.html)["determinism.verdict"] == "bit-identical"
+    root = measured.root
     (tmp_path / "probe.json").write_text(json.dumps(probe({"final.r_at_1": 0.0,
                                                            "weights": 3e-7})))
     cells = cells_of(render(build_context(paths(root, tmp_path / "probe.json"))))
@@ -201,8 +216,8 @@ def svg_of(html: str, key: str) -> str:
     return next(s for s in re.findall(r"<svg.*?</svg>", html, re.S) if f'id="{key}-paper-0"' in s)
 
 
-def test_the_paper_line_sits_at_the_registry_value(measured: tuple[Path, str]) -> None:
-    html = measured[1]
+def test_the_paper_line_sits_at_the_registry_value(measured: Measured) -> None:
+    html = measured.html
     paper = registry_setups()["paper_good_r1"]["value"]
     assert paper == 0.246
     assert cells_of(html)["shake.good.r_at_1.paper"] == "0.246"
@@ -221,15 +236,14 @@ def test_the_paper_line_sits_at_the_registry_value(measured: tuple[Path, str]) -
 
 
 def test_each_headline_number_has_a_panel_with_its_probe_epochs(
-        measured: tuple[Path, str]) -> None:
-    ctx = build_context(paths(measured[0], measured[0] / "probe.json"))
-    panels = ctx["sections"]["shakes"]["panels"]
+        measured: Measured) -> None:
+    panels = measured.ctx["sections"]["shakes"]["panels"]
     assert [(p["arm"], p["metric"]) for p in panels] == [
         (a, m) for a in ("bad", "good", "ntp") for m in ("r_at_1", "mknn10")]
-    assert ctx["sections"]["shakes"]["probe_epochs"] == (5, 20)
-    assert "at 5 of the main runs' 20 epochs" in measured[1]
-    assert cells_of(measured[1])["shake.bad.mknn10.paper"] == "0.132"
-    assert cells_of(measured[1])["shake.ntp.r_at_1.chance"] == "0.0250"
+    assert measured.ctx["sections"]["shakes"]["probe_epochs"] == (5, 20)
+    assert "at 5 of the main runs' 20 epochs" in measured.html
+    assert cells_of(measured.html)["shake.bad.mknn10.paper"] == "0.132"
+    assert cells_of(measured.html)["shake.ntp.r_at_1.chance"] == "0.0250"
 
 
 def test_missing_probe_and_pair_free_say_not_run(tmp_path: Path) -> None:
@@ -250,9 +264,9 @@ def test_missing_probe_and_pair_free_say_not_run(tmp_path: Path) -> None:
 
 
 def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
-        measured: tuple[Path, str]) -> None:
-    ctx = build_context(paths(measured[0], measured[0] / "probe.json", ROOT / "params.yaml"))
-    cells = cells_of(render(ctx))
+        measured: Measured, with_params: tuple[dict, str]) -> None:
+    ctx, html = with_params
+    cells = cells_of(html)
     assert cells["text_sources.people.gap.r_at_1"] == "0.200"
     assert cells["text_sources.people.result"] == "test R@1 above 0; mutual 10-NN holds 0"
     # 1 hit of 40 at chance 1/40: P(X >= 1) = 1 - .975^40 = .64, not above chance
@@ -268,16 +282,15 @@ def test_each_text_source_shows_its_gap_beside_prop_3s_prediction(
     assert rows["captioner"]["predicted"].startswith("0 ")
     assert ctx["sections"]["text_sources"]["differences"][0]["predicted"] == "above 0"
     assert "two recaptions only (one captioner, one prompt): good 0.096, bad 0.092, ratio " \
-           "1.04" in render(ctx)
-    assert "states the image's background shade" not in render(ctx)  # params.yaml: no leak
+           "1.04" in html
+    assert "states the image's background shade" not in html  # params.yaml: no leak
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["world"]["data"]["world"].update(captioner_leak=0.5, background=0.3)
-    (measured[0] / "leak.yaml").write_text(yaml.safe_dump(raw))
-    leaky = render(build_context(paths(measured[0], measured[0] / "probe.json",
-                                       measured[0] / "leak.yaml")))
+    (measured.root / "leak.yaml").write_text(yaml.safe_dump(raw))
+    leaky = render(build_context(paths(measured.root, measured.root / "probe.json",
+                                       measured.root / "leak.yaml")))
     assert "states the image's background shade in a fraction 0.50 of its texts" in leaky
-    no_params = build_context(paths(measured[0], measured[0] / "probe.json"))
-    assert not no_params["sections"]["text_sources"]["world"]  # no prediction without params
+    assert not measured.ctx["sections"]["text_sources"]["world"]  # no prediction without params
     live = text_sources()
     live["rows"][3]["r_at_1"] = 0.1  # the captioner's bad views: 4 hits of 40, above chance
     assert section_text_sources({"text_sources": live}, None, None, {})[
@@ -313,7 +326,8 @@ def test_world_settings_come_from_params(tmp_path: Path) -> None:
     assert "<h2>The world</h2>" not in render(ctx)
 
 
-def test_the_new_sections_fit_their_pdf_pages(measured: tuple[Path, str], tmp_path: Path) -> None:
-    ctx = build_context(paths(measured[0], measured[0] / "probe.json", ROOT / "params.yaml"))
+def test_the_new_sections_fit_their_pdf_pages(with_params: tuple[dict, str],
+                                              tmp_path: Path) -> None:
+    ctx, html = with_params
     assert ctx["sections"]["world"]["rows"]  # the world section is in, with its table
-    assert write_pdf(render(ctx), tmp_path / "r.pdf") == []  # nothing runs off a page
+    assert write_pdf(html, tmp_path / "r.pdf") == []  # nothing runs off a page

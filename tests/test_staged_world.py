@@ -1,5 +1,5 @@
-"""The stages on a tiny world (slow: real trainings, MLflow runs and an aggregate, built once in
-tests/conftest.py and only read here). The curve and the train + val map: epoch 1 is evaluated,
+"""The stages on a tiny world (slow: real trainings, MLflow runs and an aggregate, built once for
+this module and only read). The curve and the train + val map: epoch 1 is evaluated,
 next-token logs its validation loss every epoch, results.json's curve numbers are the curve's,
 and the train + val map's R@1 is a Procrustes fit done here by hand on the same embeddings.
 All-caption scoring: the train stage embeds every test caption and the pair-free text pool,
@@ -15,8 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_world import STAGED_ARMS as ARMS
-from tiny_world import STAGED_EVALUATED as EVALUATED
+import yaml
+from tiny_world import (
+    build_upstream,
+    commit_all,
+    copy_code,
+    tiny_params,
+    train_align_aggregate,
+)
 
 from harness.audit.claims import load_claims
 from harness.audit.rules import Context, rule_measured
@@ -25,12 +31,23 @@ from prh.data import load_karpathy
 from prh.io import load_embeddings
 from prh.models import TextEncoder, TextEncoderConfig
 
+ARMS = ("good", "ntp")  # seed 0 of each, trained 4 epochs with eval_every 3:
+EVALUATED = [1, 3, 4]  # the first, every third, the last
 NEW = ("r_at_1_i2t_all", "r_at_1_t2i_all", "mknn10_captions", "mknn10_captions_other_photos")
 
 
-@pytest.fixture
-def repo(staged_world: Path) -> Path:
-    return staged_world  # tests/conftest.py
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """The tiny world's stages run by hand (dvc.yaml's commands), seed 0 of good and
+    next-token trained 4 epochs with the per-epoch evaluation every 3rd, aligned with the
+    gallery curve (pools of 10, 20 and every test photo, 3 draws) and aggregated."""
+    repo = copy_code(tmp_path_factory.mktemp("staged"))
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs=4)
+    raw.update(arms=list(ARMS), seeds=[0])
+    raw["world"]["train"]["eval_every"] = 3
+    raw["world"]["eval"].update(gallery_sizes=[10, 20, 100], gallery_draws=3)
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return train_align_aggregate(build_upstream(commit_all(repo, "tiny world")), ARMS)
 
 
 def hand_val_loss(run_dir: Path, captions: list[str]) -> float:

@@ -17,12 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-# tests/conftest.py's staged_world: the arms trained, and the epochs evaluated (epochs 4,
-# eval_every 3: the first, every third, the last)
-STAGED_ARMS = ("good", "ntp")
-STAGED_EVALUATED = [1, 3, 4]
-
-
 def tiny_params(raw: dict, epochs: int = 2) -> dict:
     """params.yaml scaled down to seconds per training: 120 training photos, a one-layer
     encoder, `epochs` epochs with the per-epoch evaluation on (one MLflow step per epoch), and

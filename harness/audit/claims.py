@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.records import names, verdicts
 from prh.config import ARMS, did_you_mean
-from prh.io import ContractError, read_yaml
+from prh.io import ContractError, read_yaml, safe_loader
 
 REGISTRY = Path(__file__).with_name("claims.yaml")
 # the two articles a claim can be reported by, with a phrase that identifies each one's text
@@ -617,7 +617,7 @@ def registry_lines(path: str | Path) -> dict[tuple[str, int], int]:
     import yaml
 
     try:
-        root = yaml.compose(Path(path).read_text(encoding="utf-8"))
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=safe_loader())
     except (OSError, yaml.YAMLError):
         return {}
     out: dict[tuple[str, int], int] = {}
