@@ -1,7 +1,7 @@
 """The address `harness run` prints (harness.tracking.mlflow_runs.ui_url) opens the runs table
 in a real `mlflow ui` in headless Chromium: the page lists the training runs by name. The
 experiment's bare address (`#/experiments/ID`) opens MLflow 3's overview tab instead, where no
-run name shows: the test checks that too, so it would fail on the old address. CI's browser
+run name shows: the test checks that too, so it would fail on the old address. CI's services
 section; skipped without Debian's chromium."""
 
 from __future__ import annotations
