@@ -16,6 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "validate params and inputs, then `dvc repro` everything"),
     "matrix": ("harness.pipeline.matrix:main",
                "the arm x seed trainings side by side, one per device"),
+    "plan": ("harness.stages.plan:main",
+             "the seed plan of the sampled claims, registered before training"),
+    "next": ("harness.pipeline.study:main",
+             "record a look of the plan, then run the arms an undecided claim reads"),
     "world": ("harness.stages.world:main", "generate the embedded world data set"),
     "prepare": ("harness.stages.prepare:main", "validate the captions, train the tokenizer"),
     "image": ("harness.stages.image:main", "image encoder embeddings of the fit/test photos"),
@@ -52,6 +56,7 @@ examples:
   harness run                                   # the whole pipeline on params.yaml's profile
   harness run --check                           # check params.yaml, list the stale stages
   harness run --fail-on differs,arithmetic      # a CI gate on the audit's verdicts
+  harness next                                  # record the look, queue the next one
   harness diff runs/align:good@0 runs/align:good@1          # two seeds of one arm
   harness diff rev:HEAD~1 runs/align --fail-if 'r_at_1<-0.02'  # last commit against now
   harness train --help                          # one stage's arguments (paths: dvc.yaml)

@@ -177,7 +177,7 @@ def test_holm_over_the_sampled_claims_keeps_a_differs_only_when_the_family_carri
     assert (fam["differs"], fam["beyond_unadjusted"]) == (4, 5)
     near = by_id["good_near"]
     assert 0.005 < near["evidence"]["p_differs"] <= 0.05 < near["evidence"]["p_differs_holm"]
-    assert near["reason"].startswith('"differs" at the claim\'s own 5% level')
+    assert near["reason"].startswith('"differs" at the claim\'s own level (p = ')
     assert "not after Holm over 10 claims" in near["reason"]
     far = by_id["good_far"]
     assert far["verdict"] == "differs" and "Holm over 10 claims: adjusted p" in far["reason"]
@@ -410,7 +410,7 @@ def test_stage_on_world_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -
     args = ["--claims", str(REPO / "harness/audit/claims.yaml"),
             "--results", str(tmp_path / "results.json"), "--theory", str(tmp_path / "theory.json"),
             "--contamination", str(tmp_path / "none.json"), "--params", str(REPO / "params.yaml"),
-            "--out", str(out)]
+            "--plan", "", "--out", str(out)]
     assert main(args) == 0
     doc = json.loads(out.read_text())
     verdicts = {r["id"]: r["verdict"] for r in doc["claims"]}

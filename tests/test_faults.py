@@ -366,6 +366,10 @@ STILL_VALID = {
     ("eval.gallery_sizes", "empty"): "the whole test split as the only pool",
     ("probe.arms", "empty"): "the probe stage off",
     ("probe.text_sources", "empty"): "the text-source probe off",
+    ("plan.pilot_seeds", "empty"): "no pilot (the plan's sds are params.yaml's)",
+    ("plan.pilot_seeds", "all -1"): "the default is empty, so every element of it is too",
+    ("plan.claims", "empty"): "every claim the profile judges from sampled runs",
+    ("plan.claims", "all -1"): "the default is empty, so every element of it is too",
 }
 
 

@@ -24,7 +24,22 @@ from harness.tracking import mlflow_runs as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "pipeline"
-PARAMS = load_params(ROOT / "params.yaml")  # world: arms good, bad, ntp; seeds 0, 1
+
+
+def two_seeds() -> Path:
+    """params.yaml with seeds 0 and 1, those the fixture's runs hold for every arm."""
+    import tempfile
+
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    path = Path(tempfile.mkdtemp(prefix="two-seeds-")) / "params.yaml"
+    path.write_text(yaml.safe_dump({**raw, "seeds": [0, 1]}, sort_keys=False))
+    return path
+
+
+PARAMS_PATH = two_seeds()
+PARAMS = load_params(PARAMS_PATH)  # world: arms good, bad, ntp; seeds 0, 1
 
 
 def seed_run(name: str) -> str:
@@ -48,7 +63,7 @@ def align_dir(tmp: Path, ids: dict[tuple[str, int], str]) -> Path:
 def aggregate(tmp: Path, align: Path) -> dict:
     (tmp / "prepared").mkdir(exist_ok=True)
     (tmp / "prepared" / "summary.json").write_text('{"data_hash": "d9e8f7a6"}')
-    assert aggregate_main(["--params", str(ROOT / "params.yaml"), "--align-dir", str(align),
+    assert aggregate_main(["--params", str(PARAMS_PATH), "--align-dir", str(align),
                            "--prepared", str(tmp / "prepared"),
                            "--out", str(tmp / "results.json")]) == 0
     return json.loads((tmp / "results.json").read_text())
@@ -183,7 +198,7 @@ def test_the_report_is_logged_on_the_pipeline_run(aggregated, monkeypatch, capsy
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     html, pdf, checklist = (tmp_path / "reports" / name
                             for name in ("audit.html", "audit.pdf", "checklist.json"))
-    assert report_main(["--params", str(ROOT / "params.yaml"),
+    assert report_main(["--params", str(PARAMS_PATH),
                         "--results", str(tmp_path / "results.json"),
                         "--runs-dir", str(tmp_path / "align"), "--theory",
                         str(FIX / "theory.json"), "--contamination",
@@ -216,7 +231,7 @@ def test_another_seed_set_gets_its_own_runs_and_leaves_the_first_ones(store, tmp
     import yaml
 
     ids = {(a, s): seed_run(run_name(a, s)) for a in PARAMS.arms for s in PARAMS.seeds}
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw = yaml.safe_load(PARAMS_PATH.read_text())
     raw["seeds"] = [0]
     one = tmp_path / "one" / "params.yaml"
     one.parent.mkdir()

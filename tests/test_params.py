@@ -185,8 +185,9 @@ def test_flickr30k_with_fewer_than_the_papers_three_seeds_is_warned(tmp_path):
     from harness.config.validate import seed_warnings
 
     two = load_params(write(tmp_path, lambda r: r.update(profile="flickr30k", seeds=[0, 1])))
-    (line,) = seed_warnings(two)
+    line, off_plan = seed_warnings(two)
     assert "means of 3 seeds" in line and "seeds: [0, 1, 2]" in line
+    assert "2 seeds per arm is no look of flickr30k.plan (looks [3, 6, 10])" in off_plan
     three = load_params(write(tmp_path, lambda r: r.update(profile="flickr30k",
                                                             seeds=[0, 1, 2])))
     assert seed_warnings(three) == [] and seed_warnings(load_params(ROOT / "params.yaml")) == []

@@ -1,11 +1,12 @@
 """The real pipeline: `harness run` (dvc repro) on a tiny world, then DVC's change tracking.
 
 One module-scoped run in a temporary git repository, shared by the tests below: it produces
-both reports and one finished MLflow run per (arm, seed); a second `dvc status` is clean; a
-training parameter change marks exactly the stages that depend on it; a queued experiment of
-the SIGReg weight reruns only the JEPA arms' stages and what follows, logging to the
-workspace's mlflow.db, and `harness diff` tells the
-committed results from the experiment's. All slow
+both reports and one finished MLflow run per (arm, seed) after the seed plan's; a second `dvc
+status` is clean; a training parameter change marks exactly the stages that depend on it; a
+queued experiment of the SIGReg weight reruns only the JEPA arms' stages and what follows,
+logging to the workspace's mlflow.db, and `harness diff` tells the committed results from the
+experiment's; the main job is look 1 of a two-look study, which `harness next` records and
+carries to its decision. All slow
 (`.ci/run`'s pipeline section): the main job alone takes two minutes, and one pytest process
 builds it once for every test that reads it.
 """
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 UPSTREAM = {"world", "prepare", "image", "theory", "contamination"}
+SEEDS = (0, 1, 2)  # the first look of the tiny world's plan (looks at 3 and 4 seeds)
 
 
 def ran_stages(output: str) -> set[str]:
@@ -33,7 +35,7 @@ def ran_stages(output: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
-    repo = copy_project(tmp_path_factory.mktemp("pipeline"))
+    repo = copy_project(tmp_path_factory.mktemp("pipeline"), seeds=SEEDS)
     first = sh(repo, "harness", "run")
     assert ran_stages(first.stdout) >= UPSTREAM | {"train@good-0", "report"}
     return repo
@@ -44,9 +46,11 @@ def test_main_job_writes_both_reports_and_one_finished_mlflow_run_per_arm_seed(p
     assert (pipeline / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         rows = db.execute("select name, status from runs").fetchall()
-    seeds = [(f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp") for s in (0, 1)]
-    arms = [(f"{a} (seeds 0,1)", "FINISHED") for a in ("good", "bad", "ntp")]
-    assert sorted(rows) == sorted(seeds + arms + [("world results", "FINISHED")])
+    seeds = [(f"{a}-s{s}", "FINISHED") for a in ("good", "bad", "ntp") for s in SEEDS]
+    arms = [(f"{a} (seeds 0,1,2)", "FINISHED") for a in ("good", "bad", "ntp")]
+    plan = json.loads((pipeline / "runs/plan.json").read_text())
+    assert sorted(rows) == sorted(seeds + arms + [("world results", "FINISHED"),
+                                                  (f"plan {plan['hash']} (world)", "FINISHED")])
     html = (pipeline / "reports/audit.html").read_text()
     results = json.loads((pipeline / "runs/results.json").read_text())
     for arm in ("good", "bad", "ntp"):
@@ -109,14 +113,14 @@ def test_a_queued_param_change_reruns_only_dependent_stages_logging_to_the_works
     # config@ntp reruns (it reads world.train) and writes the same file, so nothing of ntp's
     assert not ran & UPSTREAM and not {s for s in ran if s.startswith(("train@ntp",
                                                                          "align@ntp"))}, ran
-    assert {"train@good-0", "train@bad-1", "align@bad-1", "aggregate", "report"} <= ran
+    assert {"train@good-0", "train@bad-2", "align@bad-2", "aggregate", "report"} <= ran
     with sqlite3.connect(pipeline / "mlflow.db") as db:
         runs = db.execute("select r.name, r.status, t.value from runs r join tags t on "
                           "t.run_uuid = r.run_uuid and t.key = 'dvc_exp_name'").fetchall()
     # the retrained runs, and the result runs of the new params (every arm's, ntp's included)
     assert sorted(runs) == sorted(
-        [(f"{a}-s{s}", "FINISHED", "lamb2") for a in ("bad", "good") for s in (0, 1)]
-        + [(f"{a} (seeds 0,1)", "FINISHED", "lamb2") for a in ("bad", "good", "ntp")]
+        [(f"{a}-s{s}", "FINISHED", "lamb2") for a in ("bad", "good") for s in SEEDS]
+        + [(f"{a} (seeds 0,1,2)", "FINISHED", "lamb2") for a in ("bad", "good", "ntp")]
         + [("world results", "FINISHED", "lamb2")])
     head = sh(pipeline, "git", "rev-parse", "HEAD").stdout.strip()
     with sqlite3.connect(pipeline / "mlflow.db") as db:  # the commit it ran, its params applied
@@ -130,7 +134,7 @@ def test_a_queued_param_change_reruns_only_dependent_stages_logging_to_the_works
     diff = json.loads(sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lamb2", "--format",
                          "json", "--n-resamples", "200").stdout)
     assert "lamb" in json.dumps(diff.get("params", diff))
-    assert diff["b"]["sources"][-1] == "runs/align/ntp-s1.json@lamb2"
+    assert diff["b"]["sources"][-1] == "runs/align/ntp-s2.json@lamb2"
     failing = sh(pipeline, "harness", "diff", "rev:HEAD", "rev:lamb2", "--fail-if", "r_at_1>-2",
                  "--n-resamples", "200", check=False)
     assert failing.returncode == 1
@@ -155,3 +159,48 @@ def test_a_fresh_clone_pulls_the_main_jobs_outputs_as_the_readme_says(pipeline, 
     assert "Data and pipelines are up to date" in sh(clone, "dvc", "status", "dvc.yaml").stdout
     assert (clone / "runs/results.json").is_file() and (clone / "runs/text/good-s0").is_dir()
     assert sh(clone, "dvc", "pull", check=False).returncode == 1  # why the README names dvc.yaml
+
+
+# after the others: it runs look 2 in the workspace, which changes its arms and seeds
+def test_the_main_job_is_look_1_of_a_study_that_next_carries_to_its_decision(pipeline):
+    """The plan was registered before training (its MLflow run started before every
+    training's) and the main job's audit is its look 1; `harness next --run` records look 1 in
+    runs/looks.json (an MLflow look run with the plan's hash), runs look 2 for the arms an
+    undecided claim reads (DVC restores their first 3 seeds: no retraining), and the final
+    audit leaves no planned claim continuing; the report shows each planned claim's looks."""
+    plan = json.loads((pipeline / "runs/plan.json").read_text())
+    seq1 = json.loads((pipeline / "reports/audit.json").read_text())["sequential"]
+    assert (seq1["plan_hash"], seq1["look"], seq1["seeds"]) == (plan["hash"], 1, 3)
+    with sqlite3.connect(pipeline / "mlflow.db") as db:
+        start = dict(db.execute("select name, start_time from runs"))
+    trainings = [t for name, t in start.items() if re.fullmatch(r"\w+-s\d", name)]
+    assert start[f"plan {plan['hash']} (world)"] < min(trainings)
+    assert seq1["continuing_arms"], "the tiny study must take a second look: see its plan"
+    out = sh(pipeline, "harness", "next", "--run")
+    ran = ran_stages(out.stdout)
+    assert {f"train@{a}-3" for a in seq1["continuing_arms"]} <= ran
+    assert not {s for s in ran if re.fullmatch(r"train@\w+-[012]", s)}, ran
+    ledger = json.loads((pipeline / "runs/looks.json").read_text())
+    assert ledger["plan_hash"] == plan["hash"] and [e["look"] for e in ledger["looks"]] == [1]
+    seq2 = json.loads((pipeline / "reports/audit.json").read_text())["sequential"]
+    assert (seq2["look"], seq2["seeds"], seq2["final"]) == (2, 4, True)
+    results = json.loads((pipeline / "runs/results.json").read_text())
+    assert sorted(results["arms"]) == sorted(seq1["continuing_arms"])
+    statuses = {s["status"] for s in seq2["claims"].values()}
+    assert statuses <= {"decided", "decided earlier", "stopped", "at the cap"}, statuses
+    rows = {r["id"]: r for r in json.loads((pipeline / "reports/audit.json").read_text())[
+        "claims"]}
+    for cid, s in seq2["claims"].items():
+        if s["status"] == "at the cap":
+            assert rows[cid]["reason"].startswith(("inconclusive at 4 seeds (the plan's cap)",
+                                                   "pattern not seen at 4 seeds")), cid
+        if s["status"] == "decided earlier":
+            assert rows[cid]["reason"].startswith("decided at look 1")
+    with sqlite3.connect(pipeline / "mlflow.db") as db:
+        looks = db.execute("select t2.value from tags t join tags t2 on t.run_uuid = "
+                           "t2.run_uuid where t.key = 'prh.role' and t.value = 'look' and "
+                           "t2.key = 'prh.plan_hash'").fetchall()
+    assert looks == [(plan["hash"],)]
+    html = (pipeline / "reports/audit.html").read_text()
+    assert "The seed plan and its looks" in html and plan["hash"] in html
+    assert "look 1 (3 seeds)" in html

@@ -130,6 +130,8 @@ RULES: list[tuple[str, Callable[[Path, str], str | None]]] = [
     (r"harness (--help|--version)$", ran),
     (r"harness diff ", lambda r, c: ran(r, c, ok=(0, 1))),
     (r"harness audit ", ran),  # the gate passes on the fixture of a finished world run
+    (r"harness plan$", ran),  # writes the plan, logs it to the scratch repository's mlflow.db
+    (r"harness next\b", lambda r, c: options_in_help(r, c, "harness next --help")),
     (r"harness launch ", lambda r, c: options_in_help(r, c, "harness launch --help")),
     (r"torchrun ", check_torchrun),
     (r"dvc exp run ", queued),

@@ -17,7 +17,7 @@ from test_params import write as write_params
 from harness.config.margins import MarginError, load_margins
 from harness.config.params import ParamsError, load_params
 from harness.config.validate import validate_params
-from harness.records import names, schemas, verdicts
+from harness.records import names, schemas, study, verdicts
 from harness.records.flat import aggregate_metrics, run_metrics
 from harness.records.perquery import read_per_query, write_per_query
 from harness.records.results import aggregate_runs
@@ -261,15 +261,17 @@ def test_a_typed_record_is_the_shape_its_reader_checks():
     assert schemas.shape_of(typing.Optional[str]) == schemas.Nullable(str)  # noqa: UP045
 
 
-@pytest.mark.parametrize("name", ["RUN", "RESULTS", "AUDIT", "REFERENCE"])
+@pytest.mark.parametrize("name", ["RUN", "RESULTS", "AUDIT", "REFERENCE", "PLAN", "LOOKS"])
 def test_docs_list_the_fields_each_reader_checks(name):
     """docs/contracts.md's field list of each file whose reader checks a shape (the run file,
-    results.json, the audit, the reference scores) is that shape, line for line."""
+    results.json, the audit, the reference scores, the seed plan and its ledger) is that shape,
+    line for line."""
 
     text = (FIXTURE.parents[1].parent / "docs/contracts.md").read_text()
     begin, end = f"<!-- fields: {name} -->\n", f"<!-- end of fields: {name} -->"
     listed = text[text.index(begin) + len(begin):text.index(end)].strip().splitlines()
-    schema = getattr(schemas, name, None) or getattr(verdicts, name)  # AUDIT: with its words
+    schema = (getattr(schemas, name, None) or getattr(verdicts, name, None)  # AUDIT: its words
+              or getattr(study, name))
     assert listed == schemas.shape_rows(schema.shape), \
         f"docs/contracts.md: paste harness.records.schemas.shape_rows({name}.shape) there"
 

@@ -1,7 +1,8 @@
 """The verdict rules on Flickr30k-shaped results built from per-seed, per-pair outcomes (the
 real estimators, the real registry): a rerun a quarter margin from the paper is never
-"differs", 2 seeds never give a sampled "reproduced", arms separated by .02 R@1 never read a
-bare "cannot be separated", and "at chance" reads the interval over seeds and test pairs."""
+"differs", 2 seeds never give a sampled "reproduced", and "at chance" reads the interval over
+seeds and test pairs (a separation inside the gap margin is said in words: tests/
+test_verdict_mends.py, C7)."""
 
 from __future__ import annotations
 
@@ -82,15 +83,6 @@ def test_two_seeds_give_no_sampled_reproduction() -> None:
     assert "reproduced" not in sampled.values()
     assert rows["paper_good_r1"]["verdict"] == "inconclusive (underpowered)"
     assert rows["paper_order_good_bad_r1"]["verdict"] == "inconclusive (underpowered)"
-
-
-def test_arms_separated_by_two_points_are_never_barely_inseparable() -> None:
-    for seeds in (3, 10):
-        rows = judged(results({"good": 0.246, "bad": 0.140, "ntp": 0.120}, PAPER_MKNN,
-                              seeds=seeds, seed_sd=0.0024))
-        row = rows["rerun_gap_bad_ntp_r1"]
-        assert row["verdict"] != "reproduced" or "the rerun separates them" in row["reason"], \
-            row["reason"]
 
 
 def test_at_chance_reads_the_interval_over_seeds_and_test_pairs() -> None:

@@ -17,10 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def tiny_params(raw: dict, epochs: int = 2) -> dict:
+def tiny_params(raw: dict, epochs: int = 2, seeds: tuple[int, ...] = (0, 1)) -> dict:
     """params.yaml scaled down to seconds per training: 120 training photos, a one-layer
     encoder, `epochs` epochs with the per-epoch evaluation on (one MLflow step per epoch), and
-    a probe stage of one arm at one SIGReg weight for one epoch (trained twice)."""
+    a probe stage of one arm at one SIGReg weight for one epoch (trained twice); `seeds` per
+    arm (2 by default: most tests need runs, not verdicts) and a seed plan of looks at 3 and 4
+    seeds (the main job's test runs 3 and a second look)."""
+    raw["seeds"] = list(seeds)
+    raw["world"]["plan"]["looks"] = [3, 4]
     w = raw["world"]
     w["data"]["world"].update(n_train=120, n_fit=40, n_test=40)
     w["image"].update(epochs=1)
@@ -77,10 +81,10 @@ def commit_all(repo: Path, message: str) -> Path:
     return repo
 
 
-def copy_project(repo: Path, epochs: int = 2) -> Path:
+def copy_project(repo: Path, epochs: int = 2, seeds: tuple[int, ...] = (0, 1)) -> Path:
     """The project's code, dvc.yaml and a tiny params.yaml in `repo`, committed to git."""
     copy_code(repo)
-    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs)
+    raw = tiny_params(yaml.safe_load((repo / "params.yaml").read_text()), epochs, seeds)
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     return commit_all(repo, "tiny world")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from harness.audit import setting
@@ -12,12 +13,14 @@ from harness.audit.claims import (
     Claim,
     Registry,
 )
-from harness.audit.decide import P_DIFFERS, at_chance
+from harness.audit.decide import DESIGN, P_DIFFERS, at_chance, differs_advice
+from harness.audit.looks import apply_look, earlier, empty_ledger, levels, look_index
 from harness.audit.paths import ELSEWHERE, path_of, rerun_paths
 from harness.audit.printed import check_derived
 from harness.audit.relations import RELATIONS, check_relation
 from harness.audit.rules import RULES, Context
 from harness.records.schemas import Results
+from harness.records.study import Ledger, PlanDoc
 from harness.records.verdicts import (
     AUDIT,
     COUNT_CHECK,
@@ -27,6 +30,7 @@ from harness.records.verdicts import (
     VERDICTS,
 )
 from harness.stats.equivalence import ALPHA, holm
+from prh.io import ContractError
 
 
 def arithmetic_checks(ctx: Context) -> list[dict[str, Any]]:
@@ -142,34 +146,50 @@ def summarize(claim_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) ->
 FAMILY_RULES = ("measured", "ordering", "sts_arm", "web_text")
 
 
-def family(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Holm's step-down at family-wise ALPHA over every claim of `rows` whose rule is sampled
+def family(rows: list[dict[str, Any]], alpha: float = ALPHA, k: int | None = None,
+           advise: bool = True) -> dict[str, Any]:
+    """Holm's step-down at family-wise `alpha` over every claim of `rows` whose rule is sampled
     and that was tested (its evidence holds a `P_DIFFERS`; a claim under 3 seeds, at chance or
-    not comparable was not). Each member's evidence gains its adjusted p; a "differs" whose
-    adjusted p exceeds ALPHA becomes "inconclusive" and says so (Holm 1979 holds the error
-    under any dependence: the claims share arms, seeds and test pairs). Returns the family
-    block of the audit document."""
+    not comparable was not); with `k`, over a family of k fixed in advance (a sequential plan's),
+    whose members not tested here count with p = 1 (a claim decided at an earlier look: Holm's
+    error bound holds whatever the p of the others). Each member's evidence gains its adjusted
+    p; a "differs" whose
+    adjusted p exceeds alpha becomes "inconclusive" ("(underpowered)" when no estimate at
+    these seeds could show equivalence) and says so; with `advise`, every member left
+    undecided says how many seeds "differs" would take (`differs_advice`; a sequential look
+    short of the cap says where the study goes next instead). Holm 1979 holds the error under any
+    dependence: the claims share arms, seeds and test pairs. Returns the family block of the
+    audit document."""
     tested = {r["id"]: r for r in rows
               if r["rule"] in FAMILY_RULES and r["evidence"].get(P_DIFFERS) is not None}
-    adjusted = holm({cid: float(r["evidence"][P_DIFFERS]) for cid, r in tested.items()})
-    k, beyond = len(tested), 0
+    k = len(tested) if k is None else k
+    if k < len(tested):
+        raise ValueError(f"a family of {k} cannot hold the {len(tested)} claims tested")
+    untested = {f"\0untested {i}": 1.0 for i in range(k - len(tested))}
+    adjusted = holm({**{cid: float(r["evidence"][P_DIFFERS]) for cid, r in tested.items()},
+                     **untested})
+    beyond = 0
     for cid, row in tested.items():
         p, q = float(row["evidence"][P_DIFFERS]), adjusted[cid]
         row["evidence"] = {**row["evidence"], "p_differs_holm": q}
-        if row["verdict"] != "differs":
-            continue
-        beyond += 1
-        if q <= ALPHA:
-            row["reason"] = f"{row['reason']}; Holm over {k} claims: adjusted p = {q:.3g}"
-        else:
-            row["verdict"] = "inconclusive"
-            row["reason"] = (f"\"differs\" at the claim's own {ALPHA:.0%} level (p = {p:.3g}), "
-                             f"not after Holm over {k} claims (adjusted p = {q:.3g}): "
+        design = row["evidence"].get(DESIGN)
+        advice = f"; {differs_advice(design, k, alpha)}" if design and advise else ""
+        if row["verdict"] == "differs":
+            beyond += 1
+            if q <= alpha:
+                row["reason"] = f"{row['reason']}; Holm over {k} claims: adjusted p = {q:.3g}"
+                continue
+            row["verdict"] = ("inconclusive" if row["evidence"].get("reachable", True)
+                              else "inconclusive (underpowered)")
+            row["reason"] = (f"\"differs\" at the claim's own level (p = {p:.3g}), not after "
+                             f"Holm over {k} claims at {alpha:.3g} (adjusted p = {q:.3g}): "
                              f"{row['reason']}")
+        if row["verdict"].startswith("inconclusive"):
+            row["reason"] += advice
     members = [{"id": cid, "rule": r["rule"], "p": float(r["evidence"][P_DIFFERS]),
                 "p_adjusted": adjusted[cid], "verdict": r["verdict"]}
                for cid, r in tested.items()]
-    return {"method": "holm", "alpha": ALPHA, "k": k, "members": members,
+    return {"method": "holm", "alpha": alpha, "k": k, "members": members,
             "differs": sum(m["verdict"] == "differs" for m in members),
             "beyond_unadjusted": beyond}
 
@@ -183,12 +203,58 @@ def _compares(claim: Claim) -> dict[str, str] | None:
             "type": claim.check.type}
 
 
-def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, Any]:
+def run_seeds(results: Results) -> int:
+    """The seeds per arm of a run (every arm the same: a look runs each continuing arm at the
+    look's seeds); ContractError otherwise."""
+    counts = {a: len(b.get("seeds", [])) for a, b in results.get("arms", {}).items()}
+    if len(set(counts.values())) > 1:
+        raise ContractError(f"results.json's arms have different seed counts {counts}: a look "
+                            "of the plan runs every arm it holds at the look's seeds")
+    return next(iter(counts.values()), 0)
+
+
+def judge_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds: int
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The study's step over rows judged at the look's levels (harness.audit.looks.levels): a
+    sampled claim the plan leaves out gives no verdict; Holm over the plan's family at the
+    look's alpha, the claims decided at earlier looks counting with p = 1; each planned claim's
+    status (`apply_look`). Returns (the family block, the sequential block)."""
+    look = look_index(plan, seeds)
+    planned = {c["id"] for c in plan["claims"]}
+    before = earlier(ledger, look) if look else {}
+    for row in rows:  # a sampled claim the plan leaves out gives no verdict in its study
+        if row["id"] not in planned and row["rule"] in FAMILY_RULES \
+                and row["evidence"].get(P_DIFFERS) is not None:
+            row["verdict"] = "inconclusive"
+            row["reason"] = ("not in the registered plan (runs/plan.json): no verdict in its "
+                             f"study; {row['reason']}")
+    members = [r for r in rows if r["id"] in planned and r["id"] not in before]
+    fam = (family(members, plan["alpha_differs"][look - 1], plan["family_k"], advise=False)
+           if look is not None else family([]))
+    return fam, apply_look(rows, plan, ledger, seeds, fam)
+
+
+def audit(registry: Registry | Mapping[str, Claim], ctx: Context, plan: PlanDoc | None = None,
+          ledger: Ledger | None = None) -> dict[str, Any]:
     """The audit document (prh.audit/1) without `inputs`. Given a Registry, its relations are
-    checked too."""
+    checked too. Under a registered `plan` (and the `ledger` of the looks taken), the run is a
+    look of a sequential study (harness.audit.looks): its planned claims are judged at the
+    look's levels, the family is the plan's, and the document gains a `sequential` block."""
     if isinstance(registry, Registry):
-        ctx = Context(registry.claims, ctx.profile, ctx.results, ctx.theory, registry.relations,
-                      ctx.margins, ctx.reference, ctx.web_text)
+        ctx = replace(ctx, claims=registry.claims, relations=registry.relations)
+    seeds = look = None
+    ledger = ledger or empty_ledger()  # type: ignore[assignment]
+    assert ledger is not None
+    if plan is not None and ctx.results is not None:
+        seeds = run_seeds(ctx.results)
+        look = look_index(plan, seeds)
+        if look is not None and look > len(ledger["looks"]) + 1:
+            raise ContractError(
+                f"results.json is look {look} of the plan ({seeds} seeds per arm), but "
+                f"runs/looks.json records {len(ledger['looks'])} look(s): record each look "
+                "with `harness next` after its audit")
+        if look is not None:
+            ctx = replace(ctx, levels=levels(plan, look))
     rows = []
     for c in ctx.claims.values():
         v = RULES[c.rule](c, ctx)
@@ -200,13 +266,20 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context) -> dict[str, A
                      "evidence": dict(v.evidence),
                      "rerun_path": path_of(c) if v.verdict in ELSEWHERE else None,
                      "compares": _compares(c)})
-    fam = family(rows)
+    sequential = None
+    if plan is not None and seeds is not None:
+        fam, sequential = judge_look(rows, plan, ledger, seeds)
+    else:
+        fam = family(rows)
     checks = arithmetic_checks(ctx)
     judged = {r["id"] for r in rows if r["verdict"] not in ("not rerun", "not comparable")}
     for check in checks:  # a rerun check's readers: the claims this audit judged from it
         if "claims" in check:
             check["claims"] = [cid for cid in check["claims"] if cid in judged]
-    return {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
-            "arithmetic": checks, "at_chance": at_chance(ctx.results),
-            "rerun_paths": rerun_paths(ctx.claims, rows), "family": fam,
-            "summary": summarize(rows, checks)}
+    doc = {"schema": str(AUDIT), "profile": ctx.profile, "claims": rows,
+           "arithmetic": checks, "at_chance": at_chance(ctx.results),
+           "rerun_paths": rerun_paths(ctx.claims, rows), "family": fam,
+           "summary": summarize(rows, checks)}
+    if sequential is not None:
+        doc["sequential"] = sequential
+    return doc

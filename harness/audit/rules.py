@@ -65,12 +65,20 @@ from harness.audit.decide import (
     at_chance,
     decide,
     decide_inseparable,
-    decide_order,
     estimate_of,
+    pct,
     seeds_estimate,
+    too_few,
 )
 from harness.audit.printed import EPS, OPS, SYMBOLS, check_derived
-from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
+from harness.audit.verdict import (
+    Context,
+    Verdict,
+    claim_sd,
+    claim_seeds,
+    judge_order,
+    with_chance,
+)
 from harness.audit.web_text import rule_web_text
 from harness.records import names, reference
 from harness.records.schemas import Results
@@ -82,7 +90,9 @@ RUNNABLE_SCALE = "flickr"  # the only claim scale a profile of this pipeline can
 
 
 def _margin(claim: Claim, metric: str, ctx: Context) -> float | None:
-    return claim.margin or ctx.margins.get(metric)
+    """The plan's margin for the claim under a sequential look, else the claim's own, else
+    params.yaml's for the metric."""
+    return ctx.level(claim).margin or claim.margin or ctx.margins.get(metric)
 
 
 def _setup_mismatch(claim: Claim, ctx: Context) -> str:
@@ -163,7 +173,9 @@ def rule_measured(claim: Claim, ctx: Context) -> Verdict:
         return Verdict("informational", f"no audit.margin for metric {claim.metric}: {where} = "
                        f"{est.estimate:.4g} on the rerun beside the claim's {claim.printed}, "
                        "not judged", shown if measure else {})
-    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
+    level = ctx.level(claim)
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim),
+                                       level.alpha, claim_sd(claim), level.alpha_differs)
     return Verdict(verdict, reason, {**evidence, "at_chance": {},
                                      **({"measure": where} if measure else {})})
 
@@ -190,26 +202,34 @@ def _scope(claim: Claim, est: TwoLevel, margin: float, ctx: Context) -> Verdict:
     """An ordering on a profile whose data is not the claim's: whether the pattern shows,
     never a reproduction. On the population interval (a pattern is about the arms, not these
     pairs), by the claim's own test: the order's one-sided 95% lower bound above its smallest
-    material gap, or, for "cannot be separated", the 90% interval inside the gap margin."""
+    material gap, or, for "cannot be separated", the 90% interval inside the gap margin; from
+    3 seeds per arm, as every sampled verdict (below, with no training variance, a true gap of
+    0 reads "seen" about a quarter of the time: "inconclusive (underpowered)")."""
     assert claim.check is not None
+    what = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}")
+    evidence = {"run": est.estimate, "method": est.method_population, "profile": ctx.profile,
+                "claim_dataset": claim.setup.get("dataset"), "margin": margin,
+                "at_chance": {}, "note": est.note()}
+    if not est.training_variance:
+        return Verdict("inconclusive (underpowered)", f"{what} on the {ctx.profile} profile: "
+                       f"{too_few(est)}", evidence)
+    alpha = ctx.level(claim).alpha
     if claim.check.type == "inseparable":
-        test = margin_test(est.estimate, est.se_population, est.df_population, margin)
-        seen, lo, hi = test.equivalent, test.lo, test.hi
-        shown = f"90% [{lo:+.4f}, {hi:+.4f}] against the gap margin +-{margin:g}"
+        test = margin_test(est.estimate, est.se_population, est.df_population, margin, alpha)
+        seen, lo, hi, level = test.equivalent, test.lo, test.hi, test.level
+        shown = f"{pct(level)} [{lo:+.4f}, {hi:+.4f}] against the gap margin +-{margin:g}"
     else:
         order = order_test(est.estimate, est.se_population, est.df_population,
-                           claim.check.min_gap)
+                           claim.check.min_gap, alpha)
         seen, lo, hi = order.lower > claim.check.min_gap, order.lower, order.upper
-        shown = f"one-sided 95% bounds {lo:+.4f} and {hi:+.4f}"
-    what = (f"{claim.check.a} - {claim.check.b} on {claim.check.key} = {est.estimate:+.4f}, "
-            f"{shown} on the {ctx.profile} profile; the claim is about "
+        level = 1 - 2 * order.alpha
+        evidence["min_gap"] = claim.check.min_gap
+        shown = f"one-sided {pct(1 - alpha)} bounds {lo:+.4f} and {hi:+.4f}"
+    what = (f"{what}, {shown} on the {ctx.profile} profile; the claim is about "
             f"{claim.setup.get('dataset')}: this shows whether the pipeline sees the pattern, "
             "not whether the claim's number holds")
     verdict = "pattern seen on another profile" if seen else "pattern not seen on another profile"
-    evidence = {"run": est.estimate, "ci": [lo, hi], "method": est.method_population,
-                "profile": ctx.profile, "claim_dataset": claim.setup.get("dataset"),
-                "margin": margin, "at_chance": {}, "note": est.note()}
-    return Verdict(verdict, what, evidence)
+    return Verdict(verdict, what, {**evidence, "ci": [lo, hi], "ci_level": level})
 
 
 def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
@@ -227,7 +247,8 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
             "data", f"results.json has no paired gap {a} - {b} on {metric}"
             + _other_k(metric, ctx.results)), {})
     inseparable = claim.check.type == "inseparable"
-    margin = claim.margin if inseparable else _margin(claim, metric, ctx)
+    margin = (ctx.level(claim).margin or claim.margin) if inseparable \
+        else _margin(claim, metric, ctx)
     if margin is None:
         return Verdict("inconclusive", f"no audit.margin for metric {metric}", {})
     est, flags = estimate_of(gap), _chance_flag([a, b], metric, ctx)
@@ -236,14 +257,13 @@ def rule_ordering(claim: Claim, ctx: Context) -> Verdict:
                                   {"run": est.estimate, "profile": ctx.profile})
     if claim.setup.get("dataset") != ctx.profile:
         return _scope(claim, est, margin, ctx)
-    what = f"{a} - {b} on {metric}"
+    level = ctx.level(claim)
     if inseparable:  # the order of two arms is about the arms: seeds and test pairs
-        verdict, reason, evidence = decide_inseparable(est, what, margin)
-    elif claim.metric != "difference":
-        verdict, reason, evidence = decide_order(est, what, claim.check.min_gap)
-    else:  # a printed gap, on the same test pairs as the claim's
-        verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
-        reason = f"{what}: {reason}"
+        verdict, reason, evidence = decide_inseparable(est, f"{a} - {b} on {metric}", margin,
+                                                       level.alpha, level.alpha_differs)
+    else:
+        verdict, reason, evidence = judge_order(claim, est, margin, ctx.claims, level.alpha,
+                                                level.alpha_differs)
     return Verdict(verdict, reason, {**evidence, "at_chance": flags})
 
 
@@ -425,7 +445,9 @@ def rule_sts_arm(claim: Claim, ctx: Context) -> Verdict:
             f"{len(block['values'])} seed(s) {block['values']} and no per-pair values: no "
             "interval"), shown)
     margin = _margin(claim, claim.metric, ctx)
-    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim))
+    level = ctx.level(claim)
+    verdict, reason, evidence = decide(est, claim.scalar(), margin, claim_seeds(claim),
+                                       level.alpha, claim_sd(claim), level.alpha_differs)
     return Verdict(verdict, reason, {**evidence, **shown})
 
 

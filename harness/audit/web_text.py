@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from harness.audit.claims import Claim, printed_interval
-from harness.audit.decide import decide, decide_order
-from harness.audit.verdict import Context, Verdict, claim_seeds, with_chance
+from harness.audit.decide import decide
+from harness.audit.verdict import Context, Verdict, claim_sd, claim_seeds, judge_order, with_chance
 from harness.records import names
 from harness.records.verdicts import not_rerun
 from harness.stats.equivalence import ALPHA
@@ -193,8 +193,9 @@ def rule_web_text(claim: Claim, ctx: Context) -> Verdict:
                            f"spread to borrow for {benchmark}: no verdict{protocol}",
                            {**evidence, "run": est.estimate})
         est = borrowed
-    verdict, reason, extra = (_order(claim, est, margin, ctx) if claim.check else
-                              decide(est, claim.scalar(), margin, claim_seeds(claim)))
+    verdict, reason, extra = (judge_order(claim, est, margin, ctx.claims) if claim.check else
+                              decide(est, claim.scalar(), margin, claim_seeds(claim),
+                                     claim_sd=claim_sd(claim)))
     if few:
         reason = f"{reason}; {BORROWED_NOTE}"
         if verdict == "reproduced":
@@ -225,18 +226,3 @@ def _borrowed(est: TwoLevel, seeds: Sequence[int], ctx: Context, benchmark: str
     return replace(est, se=se, df=df, seed_var=one_seed * arms, method=method,
                    se_population=float(np.hypot(se, est.se_population)), df_population=df,
                    method_population=f"{method}, plus the items' variance")
-
-
-def _order(claim: Claim, est: TwoLevel, margin: float, ctx: Context
-           ) -> tuple[str, str, dict[str, Any]]:
-    """Arm a against arm b on the same items, as rules.rule_ordering judges the Flickr30k
-    rerun: an order alone on the population interval (`decide_order`), a printed gap (or the
-    difference of the two claims `check.of` names) by `decide`."""
-    assert claim.check is not None
-    what = f"{claim.check.a} - {claim.check.b}"
-    if claim.metric != "difference":
-        return decide_order(est, what, claim.check.min_gap)
-    gap = (ctx.claims[claim.check.of[0]].scalar() - ctx.claims[claim.check.of[1]].scalar()
-           if claim.check.of else claim.scalar())
-    verdict, reason, extra = decide(est, gap, margin, claim_seeds(claim))
-    return verdict, f"{what}: {reason}", extra

@@ -26,7 +26,7 @@ from prh.pairfree import PairFreeConfig
 TRAIN_SECTIONS = ("data", "image", "train")  # what a trained text encoder depends on
 
 PROFILES = ("world", "flickr30k")
-SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination")
+SECTIONS = ("data", "image", "train", "eval", "probe", "theory", "contamination", "plan")
 EVAL_ONLY = ("wit1024",)  # evaluation-only profiles, each one section (harness.config.reference)
 WEB_TEXT = ("recap",)  # the web-text profile's data section (prh.recap, harness.config.recap)
 TOP_LEVEL = ("profile", "arms", "seeds", "audit", *PROFILES, *EVAL_ONLY, *WEB_TEXT)
@@ -136,6 +136,85 @@ class ContaminationConfig:
 
 
 @dataclass(frozen=True)
+class SeedSpread:
+    """What the plan assumes of a metric: one seed's sd on the fixed test pairs, the test-pair
+    se of a gap between two arms (what seeds cannot shrink), and where each comes from (an
+    article, the paper, a measurement, an assumption: said in the plan)."""
+
+    sd: float = 0.0
+    source: str = ""
+    gap_pair_se: float = 0.0
+    gap_pair_source: str = ""
+
+
+SPENDING = ("pocock", "obrien_fleming")  # harness.audit.plan.SPENT's alpha-spending functions
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """The seed plan registered before training (harness.audit.plan): the seeds per arm at each
+    look (the last is the cap), the power aimed at, the miss "differs" is planned to catch (in
+    margins), the alpha-spending function of each verdict across the looks, the seed sds
+    assumed per metric (or a pilot's: a results.json and its seeds), the test-pair se of a gap,
+    one arm-seed's cost, and the claims planned (none: every claim the profile judges from
+    sampled runs)."""
+
+    looks: tuple[int, ...] = (3,)
+    power: float = 0.8
+    differs_miss: float = 2.0
+    spend_reproduced: str = "pocock"
+    spend_differs: str = "obrien_fleming"
+    r_at_1: SeedSpread = field(default_factory=SeedSpread)
+    mknn: SeedSpread = field(default_factory=SeedSpread)
+    pilot: str = ""
+    pilot_seeds: tuple[int, ...] = ()
+    arm_seed_cost: float = 0.0
+    cost_unit: str = ""
+    cost_source: str = ""
+    claims: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        looks = list(self.looks)
+        if not looks or looks[0] < 3:
+            raise ValueError(f"looks = {looks}: the first look needs 3 seeds per arm or more "
+                             "(below, no training variance: no verdict)")
+        if any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
+            raise ValueError(f"looks = {looks}: the seeds per arm must increase look by look")
+        if looks[-1] > 200:
+            raise ValueError(f"looks = {looks}: a cap of {looks[-1]} seeds per arm is past 200")
+        if not 0.5 <= self.power < 1:
+            raise ValueError(f"power = {self.power}: aim at a power in [0.5, 1), e.g. 0.8")
+        if self.differs_miss <= 1:
+            raise ValueError(f"differs_miss = {self.differs_miss}: a miss \"differs\" can "
+                             "catch is beyond the margin, so above 1 (margins), e.g. 2")
+        for name in ("spend_reproduced", "spend_differs"):
+            if getattr(self, name) not in SPENDING:
+                raise ValueError(f"{name} = {getattr(self, name)!r}: choose one of "
+                                 f"{list(SPENDING)}")
+        for name in ("r_at_1", "mknn"):
+            spread = getattr(self, name)
+            if not (spread.sd < 1 and spread.gap_pair_se < 1):
+                raise ValueError(f"{name}: sd {spread.sd} and gap_pair_se {spread.gap_pair_se} "
+                                 "are spreads of a rate in [0, 1], so below 1")
+            if not spread.sd > 0 and not self.pilot:
+                raise ValueError(f"{name}.sd = {spread.sd}: a seed sd must be above 0 (or "
+                                 "name a pilot)")
+            if not spread.gap_pair_se > 0:
+                raise ValueError(f"{name}.gap_pair_se = {spread.gap_pair_se}: a gap's "
+                                 "test-pair se must be above 0")
+            for value, source in ((spread.sd, "source"), (spread.gap_pair_se,
+                                                          "gap_pair_source")):
+                if value > 0 and not getattr(spread, source).strip():
+                    raise ValueError(f"{name}.{source} is empty: say where {value} comes from")
+        if bool(self.pilot) != bool(self.pilot_seeds):
+            raise ValueError("pilot and pilot_seeds go together: the pilot's results.json and "
+                             "the seeds of it to read the spread from")
+        if self.arm_seed_cost < 0 or (self.arm_seed_cost > 0 and not self.cost_source.strip()):
+            raise ValueError(f"arm_seed_cost = {self.arm_seed_cost}: a cost >= 0 with "
+                             "cost_source saying where it comes from")
+
+
+@dataclass(frozen=True)
 class TheoryConfig:
     """The threshold grid (rerun article) and the Theorem 3 bound check (audit article)."""
 
@@ -219,6 +298,9 @@ class Params:
 
     def contamination_config(self) -> ContaminationConfig:
         return self.config(ContaminationConfig, "contamination")
+
+    def plan_config(self) -> PlanConfig:
+        return self.config(PlanConfig, "plan")
 
 
 def _unknown(keys: Any, known: Sequence[str], where: str, path: Path) -> None:

@@ -20,13 +20,21 @@ PAPER_SEEDS = {"flickr30k": 3}
 
 
 def seed_warnings(params: Params) -> list[str]:
-    """What a run with fewer seeds than the paper's cannot show, one line (empty when enough)."""
+    """What a run with fewer seeds than the paper's cannot show, or with a seed count that is no
+    look of the profile's seed plan, one line each (empty when neither)."""
     need = PAPER_SEEDS.get(params.profile, 0)
-    if len(params.seeds) >= need:
-        return []
-    return [f"{params.path}: seeds {list(params.seeds)}: the paper's {params.profile} numbers are "
-            f"means of {need} seeds; with {len(params.seeds)} the audit estimates no training "
-            f"variance and can say no \"reproduced\" (set `seeds: {list(range(need))}`)"]
+    out = []
+    if len(params.seeds) < need:
+        out.append(f"{params.path}: seeds {list(params.seeds)}: the paper's {params.profile} "
+                   f"numbers are means of {need} seeds; with {len(params.seeds)} the audit "
+                   "estimates no training variance and can say no \"reproduced\" (set "
+                   f"`seeds: {list(range(need))}`)")
+    looks = params.plan_config().looks
+    if len(params.seeds) not in looks:
+        out.append(f"{params.path}: seeds {list(params.seeds)}: {len(params.seeds)} seeds per arm "
+                   f"is no look of {params.profile}.plan (looks {list(looks)}), so the audit "
+                   "judges no planned claim; run a look's seeds (`harness next` sets them)")
+    return out
 
 
 def knob_keys() -> dict[str, list[str]]:
@@ -34,7 +42,7 @@ def knob_keys() -> dict[str, list[str]]:
     (a missing one would silently be the code's default, and DVC's `-S` refuses a key the file
     lacks). Arm and seed come from the matrix; of the views only VIEW_KEYS are settable (their
     max_len and mask_id come from train.max_len and the tokenizer)."""
-    from harness.config.params import ContaminationConfig, TheoryConfig, flatten
+    from harness.config.params import ContaminationConfig, PlanConfig, TheoryConfig, flatten
     from prh.train_config import VIEW_KEYS
 
     train = [k for k in flatten(TrainConfig()) if k not in ("arm", "seed")
@@ -43,7 +51,8 @@ def knob_keys() -> dict[str, list[str]]:
             "image": list(flatten(ImageConfig())), "train": train,
             "eval": list(flatten(EvalConfig())), "probe": list(flatten(ProbeConfig())),
             "theory": list(flatten(TheoryConfig())),
-            "contamination": list(flatten(ContaminationConfig()))}
+            "contamination": list(flatten(ContaminationConfig())),
+            "plan": list(flatten(PlanConfig()))}
 
 
 def missing_knobs(profile: str, block: dict) -> list[str]:
@@ -66,7 +75,7 @@ LIMITS = {"data.vocab_size": 1_000_000, "train.epochs": 10_000, "probe.epochs": 
           "train.lr": 10, "image.lr": 10, "train.weight_decay": 10, "image.weight_decay": 10,
           "train.lamb": 1_000, "image.lamb": 1_000, "train.grad_clip": 1_000_000,
           "data.world.colour_noise": 10, "data.world.pixel_noise": 10,
-          "data.world.background": 10}
+          "data.world.background": 10, "plan.arm_seed_cost": 1_000_000}
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence entropy words and torch's manual_seed both take this
 # Any other integer: a count, a size or a width. None of the paper's is near 1e9 (its largest
 # is the 940M images of its web corpus, which no knob here counts); beyond it a value is an
@@ -138,6 +147,7 @@ def validate_profile(params: Params) -> None:
         raise ParamsError(f"{params.path}: world.probe.text_sources = {list(probe.text_sources)}:"
                           f" the world's text sources are {list(TEXT_SOURCES)}")
     params.contamination_config()
+    params.plan_config()
     missing = missing_knobs(params.profile, params.sections)
     if missing:
         raise ParamsError(f"{params.path}: {params.profile}: missing key(s) {missing}: a missing "

@@ -60,6 +60,28 @@ class Family(TypedDict):
     beyond_unadjusted: int
 
 
+class StudyClaim(TypedDict):
+    """A planned claim's standing at a look (harness.audit.looks.apply_look)."""
+
+    status: str
+    verdict: Annotated[str, VERDICTS]
+    history: list[dict[str, Any]]
+
+
+class Sequential(TypedDict):
+    """The look a run is of its registered plan (harness.audit.looks): `harness next` and the
+    report read it."""
+
+    plan_hash: str
+    looks: list[int]
+    look: int | None
+    seeds: int
+    family_k: int
+    claims: dict[str, StudyClaim]
+    continuing_arms: list[str]
+    next_seeds: int | None
+
+
 class Audit(TypedDict):
     """reports/audit.json."""
 
@@ -70,6 +92,7 @@ class Audit(TypedDict):
     rerun_paths: NotRequired[dict[str, RerunPath]]
     summary: dict[str, int]
     family: NotRequired[Family]  # the first page's Holm line (family_line)
+    sequential: NotRequired[Sequential]  # under a registered seed plan: the look it is
 
 
 AUDIT = Schema("prh.audit", 1, "audit", Audit)  # reports/audit.json

@@ -39,11 +39,13 @@ from harness.records.schemas import (
     Results,
     Schema,
 )
+from harness.records.study import PLAN
 from harness.records.verdicts import AUDIT, Audit
 from harness.report import measures, plots
 from harness.report.checklist import checklist
 from harness.report.measures import clean_scores
 from harness.report.render import brief, rows_and_tables, source_date, table_of
+from harness.report.study import section_study
 from harness.report.summary import audit_table, first_page
 from prh.config import CURVE_TEST
 from prh.io import ContractError, file_sha256, read_json
@@ -57,6 +59,7 @@ STAGES = {
     "params": "params.yaml (kept in the repository; no stage writes it)",
     "provenance": "harness.config.provenance.provenance(), or a --provenance JSON/YAML list",
     "probe": "stage probe (`dvc repro probe`)",
+    "plan": "stage plan (`dvc repro plan`)",
 }
 SCHEMAS = {"results": RESULTS, "audit": AUDIT, "probe": PROBE, "theory": THEORY,
            "contamination": CONTAMINATION}  # input -> the schema it must carry
@@ -77,6 +80,7 @@ class ReportPaths:
     prepared: Path | None = None  # the prepare stage's summary.json (its data-check warnings)
     probe: Path | None = None  # the probe stage's JSON (lambda sweep, determinism)
     claims: Path = REGISTRY  # the registry the audit judged (the audit stage's --claims)
+    plan: Path | None = None  # the registered seed plan (runs/plan.json)
 
 
 def absent(path: Path | str, stage: str, reason: str) -> dict[str, str]:
@@ -371,6 +375,8 @@ def build_context(paths: ReportPaths) -> dict:
                               ("params", paths.params))]
     probe, no_probe = (load_input(paths.probe, "probe", SCHEMAS["probe"]) if paths.probe
                        else (None, None))
+    plan, no_plan = (load_input(paths.plan, "plan", PLAN) if paths.plan
+                     else (None, absent("runs/plan.json", "plan", "no --plan given")))
     registry = registry_setups(paths.claims)
     claims = paper_claims(audit, registry)
     clean = clean_scores(runs, contamination or {})
@@ -388,6 +394,7 @@ def build_context(paths: ReportPaths) -> dict:
         "claims": {"absent": no_audit, "theory_absent": no_theory,
                    **(audit_table(audit, brief) if audit else {}),
                    "theory": section_flat(theory) if theory is not None else None},
+        "study": {"absent": no_plan, **section_study(plan, audit)},
         "contamination": {"absent": no_contamination,
                           **(section_flat(contamination) if contamination is not None else {}),
                           "clean": clean},

@@ -64,16 +64,19 @@ def main(argv: list[str]) -> int:
         fail_on = parse_fail_on(args.fail_on)
         baseline = load_baseline(args.baseline) if args.baseline else None
         registry, ctx = audit_inputs(args)
-        doc = audit(registry, ctx)
+        plan, ledger = study_inputs(args, ctx)
+        doc = audit(registry, ctx, plan, ledger)
         tripped = gate(doc, fail_on, baseline)
     except ContractError as e:
         return fail(e)
     inputs = [args.claims, args.results, args.theory, args.contamination, args.reference,
-              args.web_text, args.params]
+              args.web_text, args.params, args.plan, args.looks]
     doc["inputs"] = {str(p): file_sha256(p) for p in inputs if p and p.exists()}
     for verdict, count in doc["summary"].items():
         print(f"{verdict:<38} {count}")
     print(family_line(doc))
+    if doc.get("sequential"):
+        print(look_line(doc["sequential"]))
     if args.out:
         write_json(args.out, doc)
         print(f"wrote {args.out}")
@@ -104,6 +107,34 @@ def audit_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
                              margins=margins, reference=scores, web_text=web_text)
 
 
+def study_inputs(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any]:
+    """(the registered plan, the ledger of its looks) when the run has results and --plan
+    exists, else (None, None); ContractError for a plan of another profile."""
+    from harness.audit.looks import read_ledger
+    from harness.audit.plan import check_plan
+
+    if ctx.results is None or not args.plan or not args.plan.exists():
+        return None, None
+    plan = check_plan(read_json(args.plan), str(args.plan))
+    profile = ctx.results.get("profile")
+    if plan["profile"] != profile:
+        raise ContractError(f"{args.plan}: the {plan['profile']} profile's plan, the results are "
+                            f"the {profile} profile's; rerun `dvc repro plan`")
+    return plan, read_ledger(args.looks) if args.looks else None
+
+
+def look_line(seq: dict[str, Any]) -> str:
+    """One line: which look of which plan, and how many planned claims stand where."""
+    from harness.audit.looks import summary
+
+    counts = ", ".join(f"{n} {s}" for s, n in summary(seq).items() if n)
+    where = (f"look {seq['look']} of {len(seq['looks'])} ({seq['seeds']} seeds per arm)"
+             if seq["look"] else f"{seq['seeds']} seeds per arm, no look of the plan")
+    nxt = (f"; next: {seq['next_seeds']} seeds for {', '.join(seq['continuing_arms'])} "
+           "(`harness next`)" if seq["next_seeds"] else "")
+    return f"plan {seq['plan_hash']}, {where}: {counts}{nxt}"
+
+
 def audit_parser() -> argparse.ArgumentParser:
     """`harness audit`'s options; the input paths default to those dvc.yaml's audit stage gives."""
     parser = stage_parser("audit", main.__doc__)
@@ -122,6 +153,12 @@ def audit_parser() -> argparse.ArgumentParser:
     parser.add_argument("--web-text", type=maybe_path, default=None,
                         help="the recap profile's scores (runs/recap_scores.json): the web-text "
                              "claims judged on its runs, the training profile's results unread")
+    parser.add_argument("--plan", type=maybe_path, default=Path("runs/plan.json"),
+                        help="the registered seed plan (`harness plan`; default: %(default)s; "
+                             "'' for none): the run is judged as a look of its study")
+    parser.add_argument("--looks", type=maybe_path, default=Path("runs/looks.json"),
+                        help="the ledger of the plan's looks taken (`harness next`; default: "
+                             "%(default)s)")
     parser.add_argument("--out", type=Path, help="audit JSON to write (the pipeline's: "
                         f"{AUDIT_PATH}); absent: the verdicts are only counted and gated")
     add_gate_args(parser)

@@ -14,7 +14,7 @@ from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, write_json, write_text
 
 INPUTS = ("results", "theory", "contamination", "audit", "params", "provenance", "prepared",
-          "probe")  # the file inputs --rev reads at the revision (and runs_dir, a folder)
+          "probe", "plan")  # the file inputs --rev reads at the revision (and runs_dir, a folder)
 
 
 def main(argv: list[str]) -> int:
@@ -46,6 +46,9 @@ def report_parser() -> argparse.ArgumentParser:
                              "without it those panels say 'not run'")
     parser.add_argument("--claims", type=Path, default=None,
                         help="the claims registry the audit judged (default: the package's)")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="the registered seed plan (runs/plan.json); without it the plan's "
+                             "section says 'not run'")
     parser.add_argument("--html", type=Path, required=True, help="the HTML report to write")
     parser.add_argument("--pdf", type=Path, default=None, help="the PDF report to write")
     parser.add_argument("--checklist", type=Path, default=None,
@@ -71,7 +74,7 @@ def load(args: argparse.Namespace) -> dict[str, Any]:
         return build_context(ReportPaths(args.results, args.runs_dir, args.theory,
                                          args.contamination, args.audit, args.params,
                                          args.provenance, args.prepared, args.probe,
-                                         args.claims or REGISTRY))
+                                         args.claims or REGISTRY, args.plan))
 
 
 def write(args: argparse.Namespace, ctx: dict[str, Any]) -> int:

@@ -610,3 +610,35 @@ def log_results(stats: Mapping[str, Any], seed_runs: Mapping[tuple[str, int], st
         print(f"warning: the MLflow runs of {', '.join(missing)} are not in {uri}, so their "
               "arm's run holds their numbers without nesting them", file=sys.stderr)
     return top
+
+
+def log_study_run(role: str, key: Mapping[str, str], name: str, params: Mapping[str, Any],
+                  scores: Mapping[str, float], artifacts: list[Path]) -> str | None:
+    """A sequential study's run in MLflow (`role`: "plan", a registered plan; "look", one look
+    taken under it), found again by its tags `key` (a re-run updates the same run) with
+    `params`, `scores` and `artifacts`. Returns its id; None, with a warning, when the store
+    does not answer (the study's files do not depend on it)."""
+    import mlflow
+
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    experiment = {k: v for k, v in git_state().items() if k in ("git_commit", "git_dirty")}
+    try:
+        with _quick_calls():
+            with _first_use_lock():
+                experiment_id = _experiment_id(mlflow)
+            run_id = _find_or_create(client, experiment_id, {ROLE: role, **key}, name)
+            for tag, value in experiment.items():
+                client.set_tag(run_id, tag, str(value))
+            logged = client.get_run(run_id).data.params
+            for k, v in params.items():
+                if k not in logged:
+                    client.log_param(run_id, k, str(v)[:6000])
+            _log_scores(client, run_id, dict(scores))
+    except Exception as e:  # MLflow raises its own, requests' or the store's errors
+        print(f"warning: MLflow {uri} did not take the {role} run ({e}); the study's files are "
+              "written all the same", file=sys.stderr)
+        return None
+    log_artifacts(artifacts, run_id)
+    return run_id
