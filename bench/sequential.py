@@ -1,15 +1,17 @@
 """Benchmark: the GPU-hours of the flickr30k seed plan's sequential looks against a fixed
 design of the same power (harness.audit.plan, harness.audit.simulate).
 
-Run: `.venv/bin/python bench/sequential.py [--claims table|all] [--sd paper|plan] [--reps N]`.
+Run: `.venv/bin/python bench/sequential.py [--claims table|all] [--sd plan|paper] [--reps N]
+[--out FIGURES.json]`.
 
-The claims: `table`, the paper's Flickr30k table (its three R@1 numbers, bad views' mutual
-10-NN and the three orders between the arms: what the rerun article's table checks), or `all`,
-the 26 a Flickr30k audit judges from sampled runs. The seed sd: `paper`, the spreads the rerun
-article quotes from the paper (R@1 .118 +- .002 and mutual 10-NN .132 +- .001 over three seeds,
-2 h / d2(3): .0024 and .0012), or `plan`, params.yaml's flickr30k plan (R@1 .0068 from the audit
-article's seed-to-seed .0096). Every study is simulated by harness.audit.simulate with the real
-audit at each look, arms sharing their draws across their claims.
+The claims: `table` (the default), the paper's Flickr30k table (its three R@1 numbers, bad
+views' mutual 10-NN and the three orders between the arms: what the rerun article's table
+checks), or `all`, the 26 a Flickr30k audit judges from sampled runs. The seed sd: `plan` (the
+default), params.yaml's flickr30k plan (R@1 .0068 from the audit article's seed-to-seed .0096),
+or `paper`, the spreads the rerun article quotes from the paper (R@1 .118 +- .002 and mutual
+10-NN .132 +- .001 over three seeds, 2 h / d2(3): .0024 and .0012). Every study is simulated by
+harness.audit.simulate with the real audit at each look, arms sharing their draws across their
+claims.
 
 Prints, for the sequential plan (params.yaml's looks and spending) and for fixed designs of n
 seeds (one look, alpha .05) from 3 to the cap: when every claim holds, each claim's P(reproduced)
@@ -26,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from harness.audit import simulate
@@ -74,8 +78,9 @@ def rates(got: dict[str, Any], plan: Any, miss: bool) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--claims", choices=("table", "all"), default="table")
-    p.add_argument("--sd", choices=("paper", "plan"), default="paper")
+    p.add_argument("--sd", choices=("plan", "paper"), default="plan")
     p.add_argument("--reps", type=int, default=400)
+    p.add_argument("--out", type=Path, default=None, help="the figures as JSON")
     args = p.parse_args()
     reg = load_registry()
     params = load_params("params.yaml", "flickr30k")
@@ -92,6 +97,13 @@ def main() -> None:
           f"({seq[False]['arm_seeds'] * cost:.1f} {plan['cost']['unit']}); two miss "
           f"{seq[True]['arm_seeds']:.2f} ({seq[True]['arm_seeds'] * cost:.1f})")
     want = {m: rates(seq[m], plan, m) for m in (False, True)}
+    figures: dict[str, Any] = {"plan": plan["hash"], "claims": args.claims, "sd": args.sd,
+                               "reps": args.reps, "cost_unit": plan["cost"]["unit"],
+                               "arm_seed_cost": cost, "sequential": {
+                                   "holds": seq[False]["arm_seeds"],
+                                   "two_miss": seq[True]["arm_seeds"], "rates": {
+                                       "holds": want[False], "two_miss": want[True]}},
+                               "fixed": [], "equal_seeds": None, "saved": None}
     print("  P(reproduced | every claim holds): " + ", ".join(
         f"{c} {r:.3f}" for c, r in want[False].items()))
     print("  P(differs | 2 margins off): " + ", ".join(f"{c} {r:.3f}"
@@ -108,6 +120,7 @@ def main() -> None:
         print(f"fixed {n} seeds: {3 * n} arm-seeds ({3 * n * cost:.1f}); "
               + ("power at least the sequential plan's" if not short else
                  "short of the sequential plan's power: " + "; ".join(short)))
+        figures["fixed"].append({"seeds": n, "arm_seeds": 3 * n, "short": short})
         if not short:
             equal = n
             break
@@ -115,12 +128,15 @@ def main() -> None:
         print("no fixed design up to the cap has the sequential plan's power")
     else:
         saved = 1 - seq[False]["arm_seeds"] / (3 * equal)
+        figures.update(equal_seeds=equal, saved=saved)
         print(f"every claim holds: the sequential plan runs {seq[False]['arm_seeds']:.2f} "
               f"arm-seeds against {3 * equal} for the fixed design of equal power ({equal} "
               f"seeds per arm): {saved:.0%} fewer GPU-hours "
               f"({'meets' if saved >= 0.4 else 'misses'} the 40% target); two miss: "
               f"{1 - seq[True]['arm_seeds'] / (3 * equal):.0%}")
     print(f"({time.time() - start:.0f} s)")
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

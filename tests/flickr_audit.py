@@ -208,10 +208,13 @@ def claim_results(claim: Claim, rng: np.random.Generator, miss: float, seed_sd: 
     return ClaimDraw(claim, rng, miss, seed_sd, seeds, margin, truth).results(seeds)
 
 
+MARGINS = load_params(ROOT / "params.yaml").margins
+
+
 def margin_of(claim: Claim) -> float:
     """The margin a claim is judged against: its own, else params.yaml's for its metric."""
     key = claim.check.key if claim.check is not None else claim.metric
-    return float(claim.margin or load_params(ROOT / "params.yaml").margins[key])
+    return float(claim.margin or MARGINS[key])
 
 
 def judge_one(claim: Claim, results: Mapping[str, Any],

@@ -71,3 +71,22 @@ def test_recap_bench_times_the_stream_step_and_projects_each_subset_size(tmp_pat
     # process's other threads (the interpreter, pyarrow's reader) may add in the same seconds
     assert 0 < r["cpu_share"] <= r["threads"] + 0.5
     assert f"of its {r['threads']} threads' cores busy" in proc.stdout
+
+
+@pytest.mark.slow
+def test_sequential_bench_compares_the_plan_with_fixed_designs(tmp_path: Path) -> None:
+    """bench/sequential.py on a few studies: the sequential plan's arm-seeds lie between the
+    first look's and the cap's for 3 arms, and each fixed design it tried runs 3 x n."""
+    out = tmp_path / "sequential.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sequential.py"), "--reps", "20",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    for scenario in ("holds", "two_miss"):
+        assert 9 <= r["sequential"][scenario] <= 30
+    assert [f["arm_seeds"] for f in r["fixed"]] == [3 * f["seeds"] for f in r["fixed"]]
+    assert r["fixed"][0]["seeds"] == 3
+    if r["equal_seeds"] is not None:
+        assert r["saved"] == pytest.approx(1 - r["sequential"]["holds"] / (3 * r["equal_seeds"]))
+    assert "fewer GPU-hours" in proc.stdout or "no fixed design" in proc.stdout

@@ -220,6 +220,9 @@ def test_harness_run_on_the_flickr30k_profile_ends_at_the_report(tmp_path, timm_
         rows = db.execute("select name, status from runs").fetchall()
     seeds = [(f"{a}-s0", "FINISHED") for a in ("good", "bad", "ntp")]
     arms = [(f"{a} (seeds 0)", "FINISHED") for a in ("good", "bad", "ntp")]
-    assert sorted(rows) == sorted(seeds + arms + [("flickr30k results", "FINISHED")])
+    plan = json.loads((repo / "runs/plan.json").read_text())  # registered before training
+    assert sorted(rows) == sorted(seeds + arms + [("flickr30k results", "FINISHED"),
+                                                  (f"plan {plan['hash']} (flickr30k)",
+                                                   "FINISHED")])
     assert (repo / "reports/audit.html").stat().st_size > 1000
     assert (repo / "reports/audit.pdf").read_bytes()[:5] == b"%PDF-"

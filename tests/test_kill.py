@@ -1,8 +1,9 @@
-"""kill -9 per stage: each stage of the tiny world's chain (world, prepare, image, config, train,
-align, aggregate) killed with SIGKILL part-way (as soon as its output's temp appears, else at
-0.6 of its wall time), then run again. Nothing half-written is left
-(its output is absent, or whole and equal to an uninterrupted run's), and the rerun's outputs
-equal the uninterrupted run's byte for byte, with no temp file of the killed write left.
+"""kill -9 per stage: each stage of the tiny world's chain (world, prepare, image, plan, config,
+train, align, aggregate) killed with SIGKILL part-way (as soon as its output's temp appears, else
+at 0.6 of its wall time, halved while a quick stage ends first), then run again. Nothing
+half-written is left (its output is absent, or whole and equal to an uninterrupted run's), and
+the rerun's outputs equal the uninterrupted run's byte for byte, with no temp file of the killed
+write left.
 
 Slow (`.ci/run`'s pipeline section): every stage runs three times."""
 
@@ -28,6 +29,9 @@ STAGES = [  # (stage, dvc.yaml's command on the world profile, its outputs)
      "--images data/world/raw/images --out data/world/prepared", ["data/world/prepared"]),
     ("image", "harness image --params params.yaml --raw data/world/raw --out runs/image",
      ["runs/image"]),
+    ("plan", "harness plan --params params.yaml --claims harness/audit/claims.yaml --looks "
+     "runs/looks.json --out runs/plan.json --table runs/plan.md",
+     ["runs/plan.json", "runs/plan.md", "runs/looks.json"]),
     ("config", "harness config --params params.yaml --arm good --out runs/config/good.json",
      ["runs/config/good.json"]),
     ("train", "harness train --params params.yaml --arm good --seed 0 --dataset "
@@ -78,10 +82,11 @@ def temps(repo: Path, outs: list[str]) -> list[str]:
         f".{Path(out).name}.*.tmp*"))
 
 
-def run(repo: Path, cmd: str, outs: list[str], kill_after: float | None = None) -> float:
+def run(repo: Path, cmd: str, outs: list[str], kill_after: float | None = None
+        ) -> float | None:
     """`cmd` in its own process group, to its end; with `kill_after`, SIGKILL the group as soon
     as a temp sibling of an output appears (the write has begun), or after `kill_after`
-    seconds, and assert that it was still running then. Returns the wall time."""
+    seconds. Returns the wall time; None when it ended (whole) before it could be killed."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd.split(), cwd=repo, env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -92,7 +97,9 @@ def run(repo: Path, cmd: str, outs: list[str], kill_after: float | None = None) 
     while proc.poll() is None and time.monotonic() - start < kill_after \
             and not temps(repo, outs):
         time.sleep(0.01)
-    assert proc.poll() is None, f"{cmd} ended before it could be killed"
+    if proc.poll() is not None:  # a quick stage, its first run slowed by a loaded machine
+        assert proc.returncode == 0, proc.communicate()[1][-3000:]
+        return None
     print(f"killed {cmd.split()[1]} at {time.monotonic() - start:.2f} s, "
           f"{'while writing' if temps(repo, outs) else 'before writing'}")
     os.killpg(proc.pid, signal.SIGKILL)
@@ -109,17 +116,23 @@ def test_every_stage_killed_9_then_rerun_equals_the_uninterrupted_run(tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     seconds, whole = {}, {}
     for stage, cmd, outs in STAGES:
-        seconds[stage] = run(repo, cmd, outs)
+        seconds[stage] = run(repo, cmd, outs) or 0.0
         whole[stage] = [digest(repo / o) for o in outs]
         assert None not in whole[stage]
     for stage, cmd, outs in STAGES:
-        for out in outs:  # as DVC does before it runs a stage: its outputs removed
-            path = repo / out
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        run(repo, cmd, outs, kill_after=KILL_AT * seconds[stage])
+        kill_after: float = KILL_AT * seconds[stage]
+        for _ in range(5):
+            for out in outs:  # as DVC does before it runs a stage: its outputs removed
+                path = repo / out
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+            if run(repo, cmd, outs, kill_after=kill_after) is not None:
+                break
+            kill_after /= 2
+        else:
+            raise AssertionError(f"{stage} ended each time before it could be killed")
         for out, expected in zip(outs, whole[stage], strict=True):
             assert digest(repo / out) in (None, expected), f"{stage}: {out} half-written"
         run(repo, cmd, outs)

@@ -193,7 +193,8 @@ def test_a_run_off_the_plan_judges_no_planned_claim() -> None:
     assert doc["sequential"]["look"] is None
     rows = {r["id"]: r for r in doc["claims"]}
     assert rows["paper_good_r1"]["verdict"] == "inconclusive"
-    assert "4 seeds per arm is no look of the registered plan" in rows["paper_good_r1"]["reason"]
+    assert "4 seeds per arm (the fewest of an arm) is no look of the registered plan" in \
+        rows["paper_good_r1"]["reason"]
     with pytest.raises(ContractError, match="records 0 look"):
         audit(REG, Context(REG.claims, "flickr30k",
                            flickr_results(np.random.default_rng(1), 6)), plan, empty_ledger())  # type: ignore[arg-type]

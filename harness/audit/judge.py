@@ -203,23 +203,21 @@ def _compares(claim: Claim) -> dict[str, str] | None:
             "type": claim.check.type}
 
 
-def run_seeds(results: Results) -> int:
-    """The seeds per arm of a run (every arm the same: a look runs each continuing arm at the
-    look's seeds); ContractError otherwise."""
-    counts = {a: len(b.get("seeds", [])) for a, b in results.get("arms", {}).items()}
-    if len(set(counts.values())) > 1:
-        raise ContractError(f"results.json's arms have different seed counts {counts}: a look "
-                            "of the plan runs every arm it holds at the look's seeds")
-    return next(iter(counts.values()), 0)
+def run_seeds(results: Results) -> tuple[int, bool]:
+    """(the fewest seeds an arm of the run has, whether every arm has as many): a look of a
+    plan runs every arm it holds at the look's seeds."""
+    counts = {len(b.get("seeds", [])) for b in results.get("arms", {}).values()}
+    return min(counts, default=0), len(counts) <= 1
 
 
-def judge_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds: int
-               ) -> tuple[dict[str, Any], dict[str, Any]]:
+def judge_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds: int,
+               even: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """The study's step over rows judged at the look's levels (harness.audit.looks.levels): a
     sampled claim the plan leaves out gives no verdict; Holm over the plan's family at the
     look's alpha, the claims decided at earlier looks counting with p = 1; each planned claim's
-    status (`apply_look`). Returns (the family block, the sequential block)."""
-    look = look_index(plan, seeds)
+    status (`apply_look`); arms with uneven seeds (`even` false) are no look. Returns (the
+    family block, the sequential block)."""
+    look = look_index(plan, seeds) if even else None
     planned = {c["id"] for c in plan["claims"]}
     before = earlier(ledger, look) if look else {}
     for row in rows:  # a sampled claim the plan leaves out gives no verdict in its study
@@ -231,7 +229,7 @@ def judge_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds:
     members = [r for r in rows if r["id"] in planned and r["id"] not in before]
     fam = (family(members, plan["alpha_differs"][look - 1], plan["family_k"], advise=False)
            if look is not None else family([]))
-    return fam, apply_look(rows, plan, ledger, seeds, fam)
+    return fam, apply_look(rows, plan, ledger, seeds, look, fam)
 
 
 def audit(registry: Registry | Mapping[str, Claim], ctx: Context, plan: PlanDoc | None = None,
@@ -243,11 +241,12 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context, plan: PlanDoc 
     if isinstance(registry, Registry):
         ctx = replace(ctx, claims=registry.claims, relations=registry.relations)
     seeds = look = None
+    even = True
     ledger = ledger or empty_ledger()  # type: ignore[assignment]
     assert ledger is not None
     if plan is not None and ctx.results is not None:
-        seeds = run_seeds(ctx.results)
-        look = look_index(plan, seeds)
+        seeds, even = run_seeds(ctx.results)
+        look = look_index(plan, seeds) if even else None
         if look is not None and look > len(ledger["looks"]) + 1:
             raise ContractError(
                 f"results.json is look {look} of the plan ({seeds} seeds per arm), but "
@@ -268,7 +267,7 @@ def audit(registry: Registry | Mapping[str, Claim], ctx: Context, plan: PlanDoc 
                      "compares": _compares(c)})
     sequential = None
     if plan is not None and seeds is not None:
-        fam, sequential = judge_look(rows, plan, ledger, seeds)
+        fam, sequential = judge_look(rows, plan, ledger, seeds, even)
     else:
         fam = family(rows)
     checks = arithmetic_checks(ctx)

@@ -36,8 +36,8 @@ from prh.io import ContractError, read_json
 
 DECIDED = ("reproduced", "differs", "pattern seen on another profile")
 STOPPED = ("not comparable", "not rerun", "informational")  # no sampled verdict to wait for
-STATUSES = ("decided", "decided earlier", "stopped", "continues", "at the cap", "off plan",
-            "plan changed")
+STATUSES = ("decided", "decided earlier", "stopped", "stopped earlier", "continues",
+            "at the cap", "off plan", "plan changed")
 
 
 
@@ -127,13 +127,13 @@ def _stops(row: Mapping[str, Any]) -> str | None:
 
 
 def apply_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds: int,
-               family_block: Mapping[str, Any]) -> dict[str, Any]:
-    """The audit's rows under the plan at the look of `seeds` seeds per arm (judged at
-    `levels`, the family step run): each planned claim's status, verdict and reason for the
-    study, with its history over the looks; returns the audit document's `sequential` block."""
+               look: int | None, family_block: Mapping[str, Any]) -> dict[str, Any]:
+    """The audit's rows under the plan at `look` (None: the run's `seeds` per arm are no look;
+    judged at `levels`, the family step run): each planned claim's status, verdict and reason
+    for the study, with its history over the looks; returns the audit document's
+    `sequential` block."""
     planned = {c["id"]: c for c in plan["claims"]}
     by_id = {r["id"]: r for r in rows}
-    look = look_index(plan, seeds)
     cap = plan["looks"][-1]
     block: dict[str, Any] = {
         "plan_hash": plan["hash"], "looks": plan["looks"], "look": look, "seeds": seeds,
@@ -150,11 +150,11 @@ def apply_look(rows: list[dict[str, Any]], plan: PlanDoc, ledger: Ledger, seeds:
         row = by_id[cid]
         status, why = _status(row, c, look, cap, before, block)
         past = history.get(cid, [])
-        if status == "decided earlier":
+        if status in ("decided earlier", "stopped earlier"):
             e = before[cid]
-            row.update({"verdict": e["verdict"], "reason": f"decided at look {e['look']} "
+            row.update({"verdict": e["verdict"], "reason": f"{e['status']} at look {e['look']} "
                         f"({e['seeds']} seeds per arm): {e['reason']}",
-                        "evidence": {**e.get("evidence", {}), "decided_at_look": e["look"]}})
+                        "evidence": {**e.get("evidence", {}), f"{e['status']}_at_look": e["look"]}})
         elif look is not None and status not in ("off plan", "plan changed"):
             past = [*past, history_entry(row, look, seeds, levels(plan, look)[cid])]
         if why:
@@ -233,11 +233,11 @@ def _status(row: dict[str, Any], claim: Mapping[str, Any], look: int | None, cap
             return "off plan", None
         row["verdict"] = "inconclusive"
         return "off plan", lambda r: (
-            f"{block['seeds']} seeds per arm is no look of the registered plan (looks "
-            f"{block['looks']}): no verdict off the plan; run a look's seeds (`harness next` "
-            "sets them)")
+            f"{block['seeds']} seeds per arm (the fewest of an arm) is no look of the registered "
+            f"plan (looks {block['looks']}, every arm at a look's seeds): no verdict off the "
+            "plan; run a look's seeds (`harness next` sets them)")
     if claim["id"] in before:
-        return "decided earlier", None
+        return f"{before[claim['id']]['status']} earlier", None
     if row["verdict"] in DECIDED:
         return "decided", None
     stop = _stops(row)
@@ -297,7 +297,7 @@ def record(ledger: Ledger, plan: PlanDoc, audit: Mapping[str, Any], when: str,
                               "reason": rows[cid]["reason"], "history": s["history"],
                               "evidence": rows[cid].get("evidence", {})}
                         for cid, s in seq["claims"].items()
-                        if s["status"] != "decided earlier"}}
+                        if not s["status"].endswith(" earlier")}}
     return {"schema": str(LOOKS), "plan_hash": plan["hash"],
             "plan": ledger["plan"] or dict(plan), "looks": [*ledger["looks"], entry]}
 

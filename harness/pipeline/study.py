@@ -15,14 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.stages.common import fail
+from harness.stages.common import fail, stage_parser
 from prh.io import ContractError, read_json, write_json
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness next", description=main.__doc__)
-    p.add_argument("--params", type=Path, default=Path("params.yaml"),
-                   help="the params file (default: %(default)s)")
+    p = stage_parser("next", main.__doc__)
     p.add_argument("--plan", type=Path, default=Path("runs/plan.json"),
                    help="the registered plan (default: %(default)s)")
     p.add_argument("--looks", type=Path, default=Path("runs/looks.json"),
@@ -64,7 +62,8 @@ def main(argv: list[str]) -> int:
                   "mend and rerun the command", file=sys.stderr)
             return code
         if not args.run:
-            print("queued: `dvc queue start` runs it; then `harness next` records it")
+            print(f"queued: `dvc queue start` runs it; when it has, `dvc exp apply {command[-2]}`"
+                  " brings its audit here and `harness next` records it")
             return 0
         if not args.until_decided:
             return 0
@@ -94,7 +93,7 @@ def step(args: argparse.Namespace) -> tuple[dict[str, Any], list[str] | None]:
         undecided = [c for c, s in seq["claims"].items() if s["status"] == "at the cap"]
         print("the study is decided: every planned claim is decided or stopped" if not undecided
               else f"the study is at its cap ({plan['looks'][-1]} seeds per arm): "
-                   f"{len(undecided)} claim(s) inconclusive there ({', '.join(undecided)})")
+                   f"{len(undecided)} claim(s) undecided there ({', '.join(undecided)})")
         return seq, None
     seeds = next_seeds(list(params.seeds), seq["next_seeds"])
     arms = seq["continuing_arms"]
