@@ -193,6 +193,7 @@ def test_a_seed_run_two_results_share_stays_nested_under_the_first_and_both_list
     assert children(store, theirs["good (seeds 0,1)"]) == good
 
 
+@pytest.mark.slow  # the report stage's WeasyPrint PDF (about 20 s): .ci/run's pipeline section
 def test_the_report_is_logged_on_the_pipeline_run(aggregated, monkeypatch, capsys):
     store, tmp_path, _, results, _ = aggregated
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -304,6 +304,7 @@ def unrotated_scores() -> dict:
     return pairfree.score_pairfree(pool_img, pool_txt, test_img, test_txt, seed=0, cfg=CFG)
 
 
+@pytest.mark.slow  # three pair-free fits (about 25 s): .ci/run's pipeline section
 @settings(max_examples=3, deadline=None)
 @given(st.integers(0, 2**31))
 def test_rotating_the_text_space_does_not_change_the_scores(seed):

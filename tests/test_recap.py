@@ -182,6 +182,7 @@ def test_a_killed_build_resumes_from_its_finished_tasks(tmp_path, monkeypatch):
                       for r in pq.read_table(f).to_pylist()]) == whole
 
 
+@pytest.mark.slow  # the subset stage end to end (about 13 s): .ci/run's pipeline section
 def test_subset_stage_writes_each_sources_texts_and_counts_them_by_hand(tmp_path, capsys):
     from prh.stream import open_tokens
     from prh.tokenizer import Tokenizer, train_tokenizer

@@ -149,6 +149,7 @@ def test_report_is_self_contained(html: str) -> None:
     assert '<meta name="dcterms.created" content="2023-11-14T22:13:20Z">' in html
 
 
+@pytest.mark.slow  # two WeasyPrint PDFs (about 25 s): .ci/run's pipeline section
 def test_pdf_is_byte_stable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     first = render(build_context(paths_in(FIX)))

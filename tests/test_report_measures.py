@@ -326,6 +326,7 @@ def test_world_settings_come_from_params(tmp_path: Path) -> None:
     assert "<h2>The world</h2>" not in render(ctx)
 
 
+@pytest.mark.slow  # a WeasyPrint PDF (about 12 s): .ci/run's pipeline section
 def test_the_new_sections_fit_their_pdf_pages(with_params: tuple[dict, str],
                                               tmp_path: Path) -> None:
     ctx, html = with_params

@@ -120,6 +120,7 @@ def assert_grid_identities(res: dict) -> None:
         assert row["r"] == k  # error = 2r on these rows: in over["error_minus_2r"]
 
 
+@pytest.mark.slow  # .ci/run's pipeline section
 def test_grid_of_the_rerun_article():
     """20 worlds, 30 states, k = 4, 800 points + 20 tie rows (about 7 s on one core)."""
     res = theory.run_grid()
