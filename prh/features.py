@@ -49,6 +49,11 @@ PROTOCOLS = ("platonic-rep", "padding-invariant")  # module docstring; the first
 # (BERT, MPNet, MiniLM) leave well under 1% of English tokens unknown, byte-level BPE (Qwen,
 # Llama, CLIP) none; a tokenizer that is not the model's makes most of them unknown
 MAX_UNK_SHARE = 0.05
+# assumed: the most rows a scored text set may hold that are nothing but the unknown token
+# (each is "[CLS] [UNK] [SEP]" to the model: their features are identical, a block of ties in
+# every neighbour list); 1% is 10 of WIT-1024's rows. A share of tokens misses them: 21 Thai
+# captions were 2.4% of the tokens and 14 such rows
+MAX_UNK_ROWS = 0.01
 # a tokenizer smaller than this share of the model's embedding table is not its tokenizer: a
 # table padded to a multiple of 64 or 128 (Qwen2.5: 151,665 tokens, 151,936 rows) is far above
 MIN_VOCAB_SHARE = 0.5
@@ -125,27 +130,41 @@ def load_text_side(path: str | Path) -> TextSide:
     return TextSide(config, tokenizer, min(limits) if limits else FALLBACK_MAX_LENGTH, facts)
 
 
-def unk_share(tokenizer: Any, texts: Sequence[str]) -> float:
-    """The share of the texts' tokens (special tokens left out) that are the tokenizer's unknown
-    token; 0 for a tokenizer without one (byte-level BPE)."""
+def unknown(tokenizer: Any, texts: Sequence[str]) -> tuple[float, list[int]]:
+    """(the share of the texts' tokens, special tokens left out, that are the tokenizer's
+    unknown token; the rows whose every token is it); (0, []) for a tokenizer without one
+    (byte-level BPE)."""
     unk = tokenizer.unk_token_id
     if unk is None:
-        return 0.0
+        return 0.0, []
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     total = sum(map(len, ids))
-    return sum(row.count(unk) for row in ids) / total if total else 0.0
+    rows = [i for i, row in enumerate(ids) if row and row.count(unk) == len(row)]
+    return (sum(row.count(unk) for row in ids) / total if total else 0.0), rows
 
 
-def check_unknown(side: TextSide, texts: Sequence[str], where: str) -> float:
-    """unk_share of `texts`, refused above MAX_UNK_SHARE with a FeatureError naming `where`."""
-    share = unk_share(side.tokenizer, texts)
+def unk_share(tokenizer: Any, texts: Sequence[str]) -> float:
+    """The share of the texts' tokens (special tokens left out) that are the unknown token."""
+    return unknown(tokenizer, texts)[0]
+
+
+def check_unknown(side: TextSide, texts: Sequence[str], where: str) -> None:
+    """FeatureError naming `where` when above MAX_UNK_SHARE of the tokens of `texts`, or above
+    MAX_UNK_ROWS of its rows, are the unknown token."""
+    share, rows = unknown(side.tokenizer, texts)
+    unk = side.tokenizer.unk_token
     if share > MAX_UNK_SHARE:
         raise FeatureError(f"{where}: {share:.1%} of the tokens of the scored texts are the "
-                           f"unknown token {side.tokenizer.unk_token!r} (at most "
-                           f"{MAX_UNK_SHARE:.0%}): the tokenizer does not cover these texts, "
-                           "and its features would be those of one word repeated; check the "
-                           "tokenizer files are the model's")
-    return share
+                           f"unknown token {unk!r} (at most {MAX_UNK_SHARE:.0%}): the tokenizer "
+                           "does not cover these texts, and its features would be those of one "
+                           "word repeated; check the tokenizer files are the model's")
+    if len(rows) > MAX_UNK_ROWS * len(texts):
+        shown = ", ".join(f"{i} ({texts[i][:30]!r})" for i in rows[:3])
+        raise FeatureError(f"{where}: {len(rows)} of the {len(texts)} scored texts are nothing "
+                           f"but the unknown token {unk!r} (at most {MAX_UNK_ROWS:.0%} of the "
+                           f"rows), e.g. rows {shown}: their features are identical, ties in "
+                           "every neighbour list; the tokenizer does not cover their script: "
+                           "score a model whose tokenizer does, or leave those rows out")
 
 
 def identity(path: str | Path) -> str:

@@ -432,10 +432,8 @@ def test_the_stage_scores_every_pair_and_the_audit_judges_only_scored_models(par
 
     reg = load_registry("harness/audit/claims.yaml")
     before = {r["id"]: r["verdict"] for r in audit(reg, Context(reg.claims, "world"))["claims"]}
-    # the registry's claims are at k = 10; score the miniature's k = 5 under the k = 10 name
-    # so the rule has an entry to read (its number is the miniature's, not Qwen's)
-    doc["alignment"] = {key.replace(f"mknn{K}", "mknn10"): v
-                        for key, v in doc["alignment"].items()}
+    # the registry's claims are at k = 10, the miniature's scores at k = 5: the rule reads the
+    # k = 5 entry and names k among the differences (not "not scored")
     rows = {r["id"]: r for r in audit(reg, Context(reg.claims, "world",
                                                    reference=doc))["claims"]}
     judged = {c for c, r in rows.items() if r["verdict"] != before[c]}
@@ -537,20 +535,29 @@ def test_a_model_folder_without_its_tokenizer_is_refused_before_any_weight(parts
     assert not (tmp_path / "o.json").exists()
 
 
+NARROW = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "and", "red", "green", "blue",
+          "yellow", "square"]
+
+
+def _narrow_tokenizer():
+    """A WordPiece tokenizer of the miniature's colour words only."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    wp = Tokenizer(models.WordPiece({w: i for i, w in enumerate(NARROW)}, unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return PreTrainedTokenizerFast(tokenizer_object=wp, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]")
+
+
 def test_texts_the_tokenizer_does_not_cover_are_refused(parts, tmp_path, capsys):
     """A WordPiece vocabulary of the miniature's colour words only: most tokens of its
     captions are [UNK], above the 5% bound, so the stage refuses it before any weight."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertModel
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "green", "blue",
-             "yellow", "square"]
-    wp = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     folder = tmp_path / "narrow"
-    PreTrainedTokenizerFast(tokenizer_object=wp, unk_token="[UNK]", pad_token="[PAD]",
-                            cls_token="[CLS]", sep_token="[SEP]").save_pretrained(folder)
-    BertModel(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+    _narrow_tokenizer().save_pretrained(folder)
+    BertModel(BertConfig(vocab_size=len(NARROW), hidden_size=16, num_hidden_layers=1,
                          num_attention_heads=2, intermediate_size=32)).save_pretrained(folder)
     side = features.load_text_side(folder)
     data = wit.read_wit(parts["wit"], n_rows=N)
@@ -558,10 +565,37 @@ def test_texts_the_tokenizer_does_not_cover_are_refused(parts, tmp_path, capsys)
     params = _params(tmp_path, parts, text=[{"name": "narrow", "path": str(folder)}])
     assert stage.main(["--params", params, "--check"]) == 2
     err = capsys.readouterr().err
-    assert f"{folder} (narrow): " in err and "of the tokens of the scored texts are the " \
-        "unknown token '[UNK]' (at most 5%)" in err
+    assert f"{folder} (narrow) on the wit1024 texts: " in err
+    assert "of the tokens of the scored texts are the unknown token '[UNK]' (at most 5%)" in err
     minilm = features.load_text_side(minilm_dir())
     assert features.unk_share(minilm.tokenizer, data.texts) == 0.0
+
+
+def test_rows_of_nothing_but_unknown_tokens_are_refused_where_the_token_share_passes():
+    """The per-row count (issue 64's 21 Thai captions: 2.4% of the tokens, 14 rows that are all
+    [UNK], identical features): 2 such rows of 100 under 1% of unknown tokens are refused, naming
+    the rows; 1 of 100 passes (MAX_UNK_ROWS 1%)."""
+    from types import SimpleNamespace
+
+    side = SimpleNamespace(tokenizer=_narrow_tokenizer())
+    covered = ["a red square and a blue square"] * 98
+    thai = ["ภาษาไทย", "ภาษา ไทย"]
+    assert features.unk_share(side.tokenizer, covered + thai) < 0.01
+    with pytest.raises(features.FeatureError, match=r"here: 2 of the 100 scored texts are "
+                       r"nothing but the unknown token '\[UNK\]' \(at most 1% of the rows\), "
+                       r"e.g. rows 98 \('ภาษาไทย'\), 99"):
+        features.check_unknown(side, covered + thai, "here")
+    features.check_unknown(side, [*covered, "a blue square", thai[0]], "here")
+
+
+def test_the_sts_texts_are_checked_like_the_benchmarks(parts, tmp_path, capsys):
+    """STS-B's sentences go through the tokenizer check too, named as the set that failed."""
+    rows = "".join(f"𓀀𓀁 𓀂{i}\t𓀃 𓀄\t{i % 5}\n" for i in range(20))
+    (tmp_path / "sts.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
+    params = _params(tmp_path, parts, stsb=str(tmp_path / "sts.tsv"))
+    assert stage.main(["--params", params, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"{minilm_dir()} (minilm) on the STS-B texts: " in err, err
 
 
 def test_the_stage_checks_everything_before_a_model_loads(parts, tmp_path, capsys):
@@ -598,11 +632,11 @@ PAPER_RUN = {
                                  "width": 768, "layers": 12}}}
 
 
-def _evaluated(best, p=0.002, degenerate=None, other=None, **over):
+def _evaluated(best, p=0.002, degenerate=None, other=None, scored_k=10, **over):
     from harness.audit.rules import rule_evaluated
 
     reg = load_registry("harness/audit/claims.yaml")
-    key = "sentence-transformers/all-mpnet-base-v2|dinov2_vitb14|mknn10"
+    key = f"sentence-transformers/all-mpnet-base-v2|dinov2_vitb14|mknn{scored_k}"
     entry = {"best": best, "pair": [3, 11], "degenerate": degenerate or {},
              "calibrated": {"p_value": p, "alpha": 0.05}, "other_protocol": other}
     doc = json.loads(json.dumps(PAPER_RUN))
@@ -627,6 +661,17 @@ def test_the_evaluated_rule():
     shifted = _evaluated(0.118, other={"name": "padding-invariant", "best": 0.125,
                                        "pair": [2, 11]})
     assert "the padding-invariant protocol gives 0.1250 on this run (+0.0070)" in shifted.reason
+
+
+def test_a_score_at_another_k_is_not_comparable_naming_k_not_unscored():
+    """wit1024.k = 5: the mutual 5-NN score is the run's, so the k = 10 claim reads "not
+    comparable" naming k (issue 64), not "not rerun ... list it in params.yaml"."""
+    for best in (0.118, 0.3):
+        got = _evaluated(best, scored_k=5, **{"protocol.k": 5})
+        assert got.verdict == "not comparable" and "k = 5, the claim's k = 10" in got.reason
+        assert got.evidence["run"] == best
+    # a k = 5 entry the run's protocol does not name is no score of this run
+    assert _evaluated(0.118, scored_k=5).verdict == "not rerun"
 
 
 MPNET = "text.sentence-transformers/all-mpnet-base-v2"

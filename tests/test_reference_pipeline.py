@@ -44,6 +44,8 @@ def test_dvc_repro_scores_the_public_encoders_and_audits_them(tmp_path):
     audit = read_json(repo / "reports/audit_wit1024.json")
     rows = {r["id"]: r for r in audit["claims"]}
     assert rows["t3_mpnet_wit"]["verdict"] == "not rerun"  # not scored: mpnet is not listed
+    qwen = rows["qwen05b_wit"]  # scored at k = 5: another setting, named, not "not scored"
+    assert qwen["verdict"] == "not comparable" and "k = 5, the claim's k = 10" in qwen["reason"]
     assert "runs/reference/wit1024.json" in audit["inputs"]
 
     again = sh(repo, "dvc", "repro", "pipelines/wit1024/dvc.yaml")

@@ -354,7 +354,8 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     """A public model's number against the reference stage's score of it
     (runs/reference/wit1024.json). First the setting (harness.audit.setting): a run whose
     benchmark, model, vision reference or protocol is not the claim's, or whose features
-    collapse, is not comparable, each difference named. Then a deterministic evaluation: the
+    collapse, is not comparable, each difference named (a mutual k-NN scored at another k
+    than the claim's among them). Then a deterministic evaluation: the
     paper's number and the rerun's differ only by the protocol's free choices (precision,
     TF32, batch composition), not by sampling. reproduced: |rerun - claim| <= the metric's
     margin (the metric table, harness.records.names); differs: beyond it. A best-layer score
@@ -362,7 +363,8 @@ def rule_evaluated(claim: Claim, ctx: Context) -> Verdict:
     at chance: no verdict. The interval over the WIT items is shown, not used. Not scored: not
     rerun, with the command."""
     model, ref = claim.setup.get("model"), claim.setup.get("reference")
-    entry = reference.lookup(ctx.reference, model, ref, claim.metric)
+    entry = (reference.lookup(ctx.reference, model, ref, claim.metric)
+             or reference.lookup_run_k(ctx.reference, model, ref, claim.metric))
     layerwise = claim.metric in reference.WIT_METRICS or claim.metric in reference.COCO_METRICS
     if entry is None:
         what = f"{model} against {ref}" if ref and layerwise else str(model)

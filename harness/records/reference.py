@@ -7,6 +7,7 @@ and the lookups the audit makes in it. One writer (harness.stages.reference), on
                   "score_precision", "clip": {"q", "mode"}, "score", "null", "k"},
      "text": {NAME: {path, class, precision, model_type, hidden, layers, vocab_size,
                      tokenizer_size, tied, causal, parameters, parameters_card, unk_share,
+                     unk_rows,
                      max_length, tokens_mean, n_truncated, protocol, degenerate_layers}},
      "vision": {NAME: {timm, weights, sha256, image_size, width, precision, layers, parameters,
                        degenerate_layers}},
@@ -120,6 +121,22 @@ def lookup(doc: Mapping[str, Any] | None, model: str | None, reference: str | No
         return None
     metric, k = WIT_METRICS[claim_metric]
     return doc.get("alignment", {}).get(pair_key(model, reference, metric, k))
+
+
+def lookup_run_k(doc: Mapping[str, Any] | None, model: str | None, reference: str | None,
+                 claim_metric: str) -> dict[str, Any] | None:
+    """The entry of a mutual k-NN claim's model and reference at the k the run scored
+    (`protocol.k`) when that is not the claim's k: the claim then reads "not comparable",
+    naming k (harness.audit.setting), rather than "not scored"; None otherwise."""
+    table = WIT_METRICS if claim_metric in WIT_METRICS else COCO_METRICS
+    if not doc or not model or not reference or claim_metric not in table:
+        return None
+    metric, k = table[claim_metric]
+    run_k = (doc.get("protocol") or {}).get("k")
+    if k is None or run_k is None or run_k == k:
+        return None
+    block = doc if table is WIT_METRICS else (doc.get("coco") or {})
+    return block.get("alignment", {}).get(pair_key(model, reference, metric, run_k))
 
 
 def value(entry: Mapping[str, Any]) -> float:

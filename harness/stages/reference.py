@@ -11,6 +11,7 @@ collapsed layers (prh.layers.degenerate_layers) are recorded beside its scores."
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,20 +65,24 @@ PROTOCOL = {
                  "midranks) and zero-shot on the class sets (prh.zeroshot)"}
 
 
-def text_sides(cfg: ReferenceConfig, texts: list[str]) -> dict[str, dict[str, Any]]:
-    """Every text model's config and tokenizer (no weights), its tokenizer exercised on the
-    texts it will score: the size against the embedding table, the share of unknown tokens
-    (prh.features.load_text_side, check_unknown). FeatureError names the folder."""
-    from prh.features import check_unknown, load_text_side
+def text_sides(cfg: ReferenceConfig, sets: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Every text model's config and tokenizer (no weights), its tokenizer exercised on each
+    set of texts it will score (`sets`: benchmark -> texts): the size against the embedding
+    table, the share of unknown tokens and the rows made of nothing else, per set and over all
+    (prh.features.load_text_side, check_unknown). FeatureError names the folder and the set."""
+    from prh.features import check_unknown, load_text_side, unknown
 
     out = {}
+    texts = [t for v in sets.values() for t in v]
     for t in cfg.text:
         side = load_text_side(t.path)
-        share = check_unknown(side, texts, f"{t.path} ({t.name})")
-        out[t.name] = {**side.facts, "unk_share": share}
+        for name, some in sets.items():
+            check_unknown(side, some, f"{t.path} ({t.name}) on the {name} texts")
+        share, rows = unknown(side.tokenizer, texts)
+        out[t.name] = {**side.facts, "unk_share": share, "unk_rows": len(rows)}
         print(f"reference: {t.name}: {side.facts['model_type']}, {side.facts['layers']} layers "
               f"x {side.facts['hidden']}, tokenizer of {side.facts['tokenizer_size']:,} tokens, "
-              f"{share:.2%} of the scored tokens unknown")
+              f"{share:.2%} of the scored tokens unknown, {len(rows)} rows nothing but unknown")
     return out
 
 
@@ -278,7 +283,8 @@ def load_inputs(params: Path) -> ReferenceInputs:
     if cfg.coco:
         benches["coco"] = read_coco(cfg.coco.dataset, cfg.coco.images, split=cfg.coco.split,
                                     n_rows=cfg.coco.n_rows, caption_idx=cfg.coco.caption_idx)
-    sides = text_sides(cfg, [t for d in benches.values() for t in d.texts])
+    sides = text_sides(cfg, {**{k: d.texts for k, d in benches.items()},
+                             **({"STS-B": sts.first + sts.second} if sts else {})})
     return ReferenceInputs(cfg, benches, sts, flickr, pf, runs, sides)
 
 
