@@ -3,8 +3,8 @@ Debian bookworm base bootstrapped here (debootstrap: the pinned nvidia/cuda base
 registry, which CI machines do not reach), from a build context whose params.yaml holds the
 tiny world's parameters, committed, so the runs are not tagged dirty. The image's entrypoint
 runs the world profile into a runs folder that the test then reads from outside: both reports,
-six finished MLflow runs, and a fingerprint naming the base, the commit and the torch build
-the image holds. Every image it made is removed at the end.
+six finished training runs and the seed plan's in MLflow, and a fingerprint naming the base,
+the commit and the torch build the image holds. Every image it made is removed at the end.
 
 podman keeps this test's images in a storage folder of its own under the test's temporary
 folder (17.2 GB at the build's peak, measured), removed at the end with everything in it, so no

@@ -139,18 +139,21 @@ def align_cmd(arm: str, seed: int) -> list[str]:
 
 def check_entrypoint_run(runs: Path) -> dict[str, str]:
     """The world pipeline that docker/entrypoint.sh ran into `runs` (one workspace, tiny params
-    committed): both reports written, and six finished MLflow runs in `runs`/mlflow.db, none
-    tagged git_dirty. Returns the env.* tags (the environment fingerprint) of those runs,
-    which must agree."""
+    committed): both reports written, and in `runs`/mlflow.db six finished training runs and the
+    seed plan's run (registered before them), none tagged git_dirty. Returns the env.* tags
+    (the environment fingerprint) of the training runs, which must agree."""
     (work,) = runs.glob("workspace-*")
     assert (work / "reports" / "audit.html").stat().st_size > 0
     assert (work / "reports" / "audit.pdf").read_bytes().startswith(b"%PDF")
     with sqlite3.connect(runs / "mlflow.db") as con:  # PRH_RUNS_DIR holds the database
-        states = con.execute("SELECT r.status, t.value FROM runs r JOIN tags t "
-                             "ON t.run_uuid = r.run_uuid AND t.key = 'git_dirty'").fetchall()
+        states = con.execute(
+            "SELECT r.status, t.value, COALESCE(role.value, 'training') FROM runs r JOIN tags t "
+            "ON t.run_uuid = r.run_uuid AND t.key = 'git_dirty' LEFT JOIN tags role "
+            "ON role.run_uuid = r.run_uuid AND role.key = 'prh.role'").fetchall()
         env = set(con.execute("SELECT t.key, t.value FROM runs r JOIN tags t "
                               "ON t.run_uuid = r.run_uuid AND t.key LIKE 'env.%'"))
-    assert len(states) == 6 and set(states) == {("FINISHED", "False")}, states
+    assert sorted(states) == [("FINISHED", "False", "plan")] + [("FINISHED", "False",
+                                                                 "training")] * 6, states
     tags = dict(env)
     assert len(tags) == len(env), "the runs disagree on their environment"
     return tags
