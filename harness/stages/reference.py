@@ -68,8 +68,9 @@ PROTOCOL = {
 def text_sides(cfg: ReferenceConfig, sets: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Every text model's config and tokenizer (no weights), its tokenizer exercised on each
     set of texts it will score (`sets`: benchmark -> texts): the size against the embedding
-    table, the share of unknown tokens and the rows made of nothing else, per set and over all
-    (prh.features.load_text_side, check_unknown). FeatureError names the folder and the set."""
+    table, the share of unknown tokens and the rows made of nothing else, refused per set and
+    recorded over all (prh.features.load_text_side, check_unknown, unknown). FeatureError names
+    the folder and the set."""
     from prh.features import check_unknown, load_text_side, unknown
 
     out = {}
