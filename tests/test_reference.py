@@ -572,7 +572,7 @@ def test_texts_the_tokenizer_does_not_cover_are_refused(parts, tmp_path, capsys)
 
 
 def test_rows_of_nothing_but_unknown_tokens_are_refused_where_the_token_share_passes():
-    """The per-row count (issue 64's 21 Thai captions: 2.4% of the tokens, 14 rows that are all
+    """The per-row count (21 Thai captions were 2.4% of the tokens and 14 rows that are all
     [UNK], identical features): 2 such rows of 100 under 1% of unknown tokens are refused, naming
     the rows; 1 of 100 passes (MAX_UNK_ROWS 1%)."""
     from types import SimpleNamespace
@@ -665,7 +665,7 @@ def test_the_evaluated_rule():
 
 def test_a_score_at_another_k_is_not_comparable_naming_k_not_unscored():
     """wit1024.k = 5: the mutual 5-NN score is the run's, so the k = 10 claim reads "not
-    comparable" naming k (issue 64), not "not rerun ... list it in params.yaml"."""
+    comparable" naming k, not "not rerun ... list it in params.yaml"."""
     for best in (0.118, 0.3):
         got = _evaluated(best, scored_k=5, **{"protocol.k": 5})
         assert got.verdict == "not comparable" and "k = 5, the claim's k = 10" in got.reason
