@@ -89,3 +89,24 @@ def test_final_scores_need_no_run_in_the_store(tmp_path, monkeypatch, capsys, st
     assert len(err) == 1 and err[0].startswith(f"warning: the final scores were not logged to "
                                                f"MLflow run {'0' * 32} in {uri}")
     assert (tmp_path / "mlflow.db").exists() == (store == "other runs")
+
+
+def test_dirty_means_a_file_of_the_commit_changed_not_a_new_one(tmp_path, monkeypatch):
+    """`dvc exp run` stages each `cache: false` output as it writes it (the seed plan's before
+    any training): a staged new file, like an untracked one, leaves the runs clean; dvc.lock
+    rewritten too; a committed file edited makes them dirty."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "params.yaml").write_text("seeds: [0]\n")
+    (tmp_path / "dvc.lock").write_text("a\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text("{}\n")
+    (tmp_path / "dvc.lock").write_text("b\n")
+    git("add", "plan.json", "dvc.lock")
+    assert tracking.git_state()["git_dirty"] is False
+    (tmp_path / "params.yaml").write_text("seeds: [0, 1]\n")
+    assert tracking.git_state()["git_dirty"] is True

@@ -46,8 +46,10 @@ def repo_root() -> Path:
 
 
 def git_state() -> dict[str, Any]:
-    """Commit and dirty flag. Dirty means a tracked file differs from the commit, ignoring
-    dvc.lock, which `dvc repro` itself rewrites while the pipeline runs."""
+    """Commit and dirty flag. Dirty means a file of the commit differs from it, ignoring
+    dvc.lock, which `dvc repro` itself rewrites while the pipeline runs; a new file is not
+    counted, untracked or staged (`dvc exp run` stages each `cache: false` output as it is
+    written, such as the seed plan's before any training)."""
     # a DVC experiment's run: its name and the commit it was branched from (the commit below is
     # then the executor's, with the experiment's params applied on top: dirty)
     names = (("dvc_exp_name", "DVC_EXP_NAME"), ("dvc_exp_baseline", "DVC_EXP_BASELINE_REV"))
@@ -59,7 +61,8 @@ def git_state() -> dict[str, Any]:
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return {"git_commit": "unknown (not a git checkout)", "git_dirty": True, **experiment}
-    changed = [line[3:] for line in status.splitlines() if line[3:].strip() != "dvc.lock"]
+    changed = [line[3:] for line in status.splitlines()
+               if line[3:].strip() != "dvc.lock" and not line.startswith("A")]
     return {"git_commit": commit, "git_dirty": bool(changed), **experiment}
 
 
