@@ -62,8 +62,9 @@ def main(argv: list[str]) -> int:
                   "mend and rerun the command", file=sys.stderr)
             return code
         if not args.run:
-            print(f"queued: `dvc queue start` runs it; when it has, `dvc exp apply {command[-2]}`"
-                  " brings its audit here and `harness next` records it")
+            name = command[command.index("-n") + 1]
+            print(f"queued: `dvc queue start` runs it; when it has, `dvc exp apply {name}` "
+                  "brings its audit here and `harness next` records it")
             return 0
         if not args.until_decided:
             return 0
